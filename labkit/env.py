@@ -1,0 +1,202 @@
+"""Facts about this machine: where nsys is, GPU and driver, library versions.
+
+Used by the doctor, by profiling (to locate nsys) and by the ledger (environment
+fingerprint of each run). Everything here is cheap and never raises on a missing tool.
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import importlib.metadata
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+
+__all__ = [
+    "find_nsys",
+    "nsys_version",
+    "nsys_version_tuple",
+    "package_version",
+    "gpu_info",
+    "torch_info",
+    "cpu_model",
+    "fingerprint",
+    "machine_label",
+    "NSYS_SEARCH_GLOBS",
+]
+
+NSYS_SEARCH_GLOBS = (
+    "/usr/local/cuda/bin/nsys",
+    "/usr/local/cuda-*/bin/nsys",
+    "/opt/nvidia/nsight-systems/*/bin/nsys",
+    "/opt/nvidia/nsight-systems-cli/*/bin/nsys",
+    "/usr/lib/nsight-systems/bin/nsys",
+    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+)
+"""Usual install folders, searched after $LABKIT_NSYS, $NSYS and PATH."""
+
+
+def find_nsys() -> str | None:
+    """Path of the nsys executable, or None.
+
+    Order: ``$LABKIT_NSYS``, ``$NSYS`` (either may name the executable or its folder), PATH,
+    then the usual install folders. An environment variable that names a missing file is
+    honoured as "not found" rather than silently falling back, so a typo is noticed.
+    """
+    for var in ("LABKIT_NSYS", "NSYS"):
+        value = os.environ.get(var)
+        if value:
+            path = os.path.join(value, "nsys") if os.path.isdir(value) else value
+            return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    found = shutil.which("nsys")
+    if found:
+        return found
+    for pattern in NSYS_SEARCH_GLOBS:
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return hits[-1]
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _nsys_version_of(path: str) -> str | None:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"(\d{4}\.\d+(?:\.\d+)*)", out.stdout + out.stderr)
+    return m.group(1) if m else None
+
+
+def nsys_version(path: str | None = None) -> str | None:
+    """Version string of nsys (e.g. ``"2022.4.2.1"``), or None where nsys is absent."""
+    path = path or find_nsys()
+    return _nsys_version_of(path) if path else None
+
+
+def nsys_version_tuple(path: str | None = None) -> tuple[int, ...] | None:
+    """nsys version as a tuple of ints, e.g. ``(2022, 4, 2, 1)``."""
+    v = nsys_version(path)
+    return tuple(int(p) for p in v.split(".")) if v else None
+
+
+def package_version(name: str) -> str | None:
+    """Installed version of a distribution, or None."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def gpu_info() -> list[dict]:
+    """One dict per NVIDIA GPU from NVML: name, driver, memory, clocks. Empty without a GPU."""
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound / DriverNotLoaded on CPU machines
+        return []
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        try:
+            cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
+            cuda = f"{cuda // 1000}.{cuda % 1000 // 10}"
+        except Exception:
+            cuda = None
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+
+            def clock(kind, getter=pynvml.nvmlDeviceGetMaxClockInfo):
+                try:
+                    return getter(h, kind)
+                except Exception:
+                    return None
+
+            gpus.append({
+                "index": i,
+                "name": name.decode() if isinstance(name, bytes) else name,
+                "driver": driver,
+                "cuda_driver": cuda,
+                "memory_total_mib": mem.total // 2**20,
+                "memory_free_mib": mem.free // 2**20,
+                "sm_clock_max_mhz": clock(pynvml.NVML_CLOCK_SM),
+                "mem_clock_max_mhz": clock(pynvml.NVML_CLOCK_MEM),
+                "sm_clock_mhz": clock(pynvml.NVML_CLOCK_SM, pynvml.nvmlDeviceGetClockInfo),
+            })
+        return gpus
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def torch_info() -> dict:
+    """torch version, its CUDA build, and whether CUDA works here (imports torch)."""
+    try:
+        import torch
+    except ImportError:
+        return {"torch": None, "cuda_build": None, "cuda_available": False}
+    return {
+        "torch": torch.__version__,
+        "cuda_build": torch.version.cuda,
+        "cuda_available": bool(torch.cuda.is_available()),
+    }
+
+
+def cpu_model() -> str:
+    """Human-readable CPU model, e.g. 'AMD EPYC 7B13'."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fingerprint() -> dict:
+    """Environment fingerprint of a run: host, CPU, GPU, driver, CUDA and library versions."""
+    gpus = gpu_info()
+    t = torch_info()
+    return {
+        "host": socket.gethostname(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpu": gpus[0]["name"] if gpus else None,
+        "gpu_count": len(gpus),
+        "driver": gpus[0]["driver"] if gpus else None,
+        "cuda": (gpus[0]["cuda_driver"] if gpus else None) or t["cuda_build"],
+        "python": platform.python_version(),
+        "torch": t["torch"],
+        "tensorrt": package_version("tensorrt"),
+        "onnxruntime": package_version("onnxruntime") or package_version("onnxruntime-gpu"),
+        "opencv": package_version("opencv-python") or package_version("opencv-python-headless"),
+        "nsys": nsys_version(),
+        "nvtx": package_version("nvtx"),
+        "platform": platform.platform(),
+    }
+
+
+def machine_label(fp: dict) -> str:
+    """Short label for a machine column in tables: the GPU name, else 'CPU (<n> cores)'."""
+    if fp.get("gpu"):
+        return str(fp["gpu"]).replace("NVIDIA ", "")
+    return f"CPU ({fp.get('cpu_count') or '?'} cores)"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import json
+
+    json.dump(fingerprint(), sys.stdout, indent=2)

@@ -1,0 +1,330 @@
+"""Inference backends for the detector: PyTorch variants, ONNX Runtime, TensorRT.
+
+One entry point, ``make_backend(model, backend=..., precision=...)``, returns a callable
+``Backend``: ``backend(x)`` takes a float32 ``(N, 3, H, W)`` tensor on the backend's device
+and returns the model's output tuple ``(heatmap_logits, wh, offset)`` as float32 tensors on
+that same device. ``N`` may be smaller than ``batch_size`` (the last batch of a clip).
+
+Everything that can fail (missing package, no GPU, unsupported precision) fails inside
+``make_backend`` with ``BackendUnavailable`` whose message names the fix, before any video
+work starts. Heavy imports (onnxruntime, tensorrt) happen only when that backend is asked for.
+
+Backends and precisions:
+
+========================  ========  ===================================================
+backend                   devices   precisions
+========================  ========  ===================================================
+``torch``                 cpu, cuda fp32 (cpu, cuda); fp16 (cuda); + channels_last,
+                                    cuda_graphs (cuda), compile (cpu, cuda)
+``onnxruntime``           cpu, cuda fp32; int8 (static QDQ, calibrated on generated scenes)
+``tensorrt``              cuda      fp32, fp16, int8 (explicit quantization from the QDQ
+                                    model)
+========================  ========  ===================================================
+
+Converted models (ONNX, INT8 ONNX, TensorRT engines) are cached under ``cache_dir``
+(default ``$LABKIT_CACHE_DIR`` or ``~/.cache/labkit/backends``), keyed by a hash of the
+model's weights and every setting that changes the artifact.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import io
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+BACKENDS = ("torch", "onnxruntime", "tensorrt")
+PRECISIONS = ("fp32", "fp16", "int8")
+_ALIASES = {"ort": "onnxruntime", "onnx": "onnxruntime", "trt": "tensorrt", "pytorch": "torch"}
+
+
+class BackendUnavailable(RuntimeError):
+    """The requested backend/precision/device cannot run here; the message names the fix."""
+
+
+# --------------------------------------------------------------------------- common
+
+
+class Backend:
+    """A callable inference backend: ``backend(x) -> tuple of float32 tensors``."""
+
+    name: str = "backend"
+    device: torch.device = torch.device("cpu")
+    batch_size: int = 1
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the backend holds (sessions, engines, graph pools)."""
+
+    def __enter__(self) -> "Backend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} device={self.device} batch_size={self.batch_size}>"
+
+
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """How the INT8 models are calibrated (part of the cache key).
+
+    The scene seeds are deliberately far from the evaluation seeds (small integers) so that
+    calibration never sees a held-out clip.
+    """
+
+    seeds: tuple[int, ...] = (9101, 9102, 9103, 9104)
+    frames_per_seed: int = 16
+    seconds: float = 2.0
+    method: str = "minmax"  # minmax | entropy | percentile
+    per_channel: bool = True
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def default_cache_dir() -> Path:
+    """Where converted models are cached: ``$LABKIT_CACHE_DIR`` or ``~/.cache/labkit/backends``."""
+    env = os.environ.get("LABKIT_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "labkit" / "backends"
+
+
+def model_hash(model: torch.nn.Module, *, input_hw: Sequence[int] | None = None) -> str:
+    """A short hash of the model's class, weights and input size, used as the cache key."""
+    h = hashlib.sha256()
+    h.update(type(model).__qualname__.encode())
+    h.update(repr(tuple(input_hw or ())).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        t = tensor.detach().cpu().contiguous()
+        h.update(str(t.dtype).encode() + repr(tuple(t.shape)).encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]
+
+
+def _default_input_hw() -> tuple[int, int]:
+    try:
+        from source_code.detector import INPUT_HW
+    except ImportError as exc:  # only while the detector module is being written
+        raise BackendUnavailable(
+            f"cannot read the detector's input size ({exc}); pass input_hw=(H, W) to make_backend"
+        ) from exc
+    return tuple(INPUT_HW)
+
+
+def _parse_device(device: str | torch.device) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise BackendUnavailable(f"unknown device {device!r}: use cpu or cuda[:N]") from exc
+    if dev.type not in ("cpu", "cuda"):
+        raise BackendUnavailable(f"device {device!r} is not supported: use cpu or cuda[:N]")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise BackendUnavailable(
+                f"--device {device} asked for, but torch sees no CUDA GPU "
+                f"(torch {torch.__version__}): use --device cpu, or install a CUDA build of torch on a GPU machine"
+            )
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        elif dev.index >= torch.cuda.device_count():
+            raise BackendUnavailable(
+                f"--device {device}: this machine has {torch.cuda.device_count()} GPU(s); use cuda:0"
+            )
+    return dev
+
+
+def _outputs_tuple(out) -> tuple[torch.Tensor, ...]:
+    if isinstance(out, torch.Tensor):
+        return (out,)
+    return tuple(out)
+
+
+def _check_input(x: torch.Tensor, device: torch.device, batch_size: int, name: str) -> None:
+    if x.dim() != 4 or x.shape[1] != 3:
+        raise ValueError(f"{name}: expected a (N, 3, H, W) tensor, got shape {tuple(x.shape)}")
+    if x.shape[0] > batch_size:
+        raise ValueError(f"{name}: batch of {x.shape[0]} frames exceeds batch_size={batch_size}")
+    if x.device != device:
+        raise ValueError(f"{name}: input is on {x.device}, backend runs on {device}; move it with x.to({str(device)!r})")
+
+
+# --------------------------------------------------------------------------- PyTorch
+
+
+class TorchBackend(Backend):
+    """Eager PyTorch, optionally fp16, channels_last, or torch.compile."""
+
+    def __init__(self, model: torch.nn.Module, *, device: torch.device, precision: str, batch_size: int,
+                 channels_last: bool, compile: bool, input_hw: tuple[int, int]):
+        self.device, self.batch_size, self.input_hw = device, batch_size, input_hw
+        self.precision, self.channels_last = precision, channels_last
+        # A private copy: .half() and channels_last would otherwise change the caller's model.
+        m = copy.deepcopy(model).eval().to(device)
+        if precision == "fp16":
+            m = m.half()
+        if channels_last:
+            m = m.to(memory_format=torch.channels_last)
+        self.model = m
+        self._forward: Callable = m
+        if compile:
+            # dynamic=False: one graph per batch size, and the pipeline uses at most two
+            # (full and last partial batch); recompiles are cheap next to dynamic shapes.
+            self._forward = torch.compile(m, dynamic=False)
+        parts = ["torch", precision] + (["channels_last"] if channels_last else []) + (["compile"] if compile else [])
+        self.name = "-".join(parts)
+
+    def _prepare(self, x: torch.Tensor) -> torch.Tensor:
+        if self.precision == "fp16":
+            x = x.half()
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        _check_input(x, self.device, self.batch_size, self.name)
+        with torch.inference_mode():
+            out = _outputs_tuple(self._forward(self._prepare(x)))
+            return tuple(o.float().contiguous() for o in out)
+
+    def close(self) -> None:
+        self.model = None
+        self._forward = None
+
+
+class CudaGraphBackend(TorchBackend):
+    """PyTorch captured once into a CUDA graph at ``batch_size``; replayed for every batch.
+
+    The graph reads a static input buffer and writes static output buffers: each call
+    copies ``x`` into the buffer (zero-padding a partial batch), replays, and returns copies
+    of the first ``N`` rows so the next replay cannot overwrite what the caller holds.
+    """
+
+    def __init__(self, model: torch.nn.Module, **kw):
+        super().__init__(model, compile=False, **kw)
+        self.name += "-cuda_graphs"
+        h, w = self.input_hw
+        dtype = torch.float16 if self.precision == "fp16" else torch.float32
+        fmt = torch.channels_last if self.channels_last else torch.contiguous_format
+        self._static_in = torch.zeros((self.batch_size, 3, h, w), device=self.device, dtype=dtype).contiguous(memory_format=fmt)
+        self._graph = torch.cuda.CUDAGraph()
+        # Warm-up on a side stream (cuDNN autotuning, lazy allocations), as capture requires.
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.inference_mode(), torch.cuda.stream(side):
+            for _ in range(3):
+                self.model(self._static_in)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        with torch.inference_mode(), torch.cuda.graph(self._graph):
+            self._static_out = _outputs_tuple(self.model(self._static_in))
+        torch.cuda.synchronize(self.device)
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        _check_input(x, self.device, self.batch_size, self.name)
+        n = x.shape[0]
+        if tuple(x.shape[2:]) != tuple(self._static_in.shape[2:]):
+            raise ValueError(f"{self.name}: captured for {tuple(self._static_in.shape[2:])} frames, got {tuple(x.shape[2:])}")
+        with torch.inference_mode():
+            self._static_in[:n].copy_(x)
+            if n < self.batch_size:
+                self._static_in[n:].zero_()
+            self._graph.replay()
+            return tuple(o[:n].float().clone() for o in self._static_out)
+
+    def close(self) -> None:
+        super().close()
+        self._graph = None
+        self._static_in = None
+        self._static_out = None
+
+
+# --------------------------------------------------------------------------- factory
+
+
+def make_backend(
+    model: torch.nn.Module,
+    *,
+    backend: str = "torch",
+    precision: str = "fp32",
+    device: str | torch.device = "cpu",
+    batch_size: int = 1,
+    channels_last: bool = False,
+    cuda_graphs: bool = False,
+    compile: bool = False,
+    cache_dir: str | os.PathLike | None = None,
+    input_hw: Sequence[int] | None = None,
+    calibration: CalibrationSettings | None = None,
+) -> Backend:
+    """Build an inference backend for ``model``; raise ``BackendUnavailable`` early if it cannot run.
+
+    Args:
+        model: the detector (``forward(x) -> (heatmap_logits, wh, offset)``), any device.
+        backend: ``torch`` | ``onnxruntime`` | ``tensorrt`` (aliases ``ort``, ``trt``).
+        precision: ``fp32`` | ``fp16`` | ``int8`` (see the module table for what each backend takes).
+        device: ``cpu`` or ``cuda[:N]``; inputs must already be there.
+        batch_size: the largest batch the backend will be called with.
+        channels_last, cuda_graphs, compile: PyTorch variants (``backend="torch"`` only).
+        cache_dir: where ONNX models and TensorRT engines are cached (default ``default_cache_dir()``).
+        input_hw: network input ``(H, W)``; default ``source_code.detector.INPUT_HW``.
+        calibration: INT8 calibration settings; default ``CalibrationSettings()``.
+    """
+    kind = _ALIASES.get(str(backend).lower(), str(backend).lower())
+    if kind not in BACKENDS:
+        raise BackendUnavailable(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    precision = str(precision).lower()
+    if precision not in PRECISIONS:
+        raise BackendUnavailable(f"unknown precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
+    if int(batch_size) < 1:
+        raise BackendUnavailable(f"batch_size must be at least 1, got {batch_size}")
+    batch_size = int(batch_size)
+    if kind != "torch" and (channels_last or cuda_graphs or compile):
+        flags = [n for n, v in (("--channels-last", channels_last), ("--cuda-graphs", cuda_graphs), ("--compile", compile)) if v]
+        raise BackendUnavailable(f"{' '.join(flags)} apply to --backend torch only; drop them for --backend {kind}")
+    dev = _parse_device(device)
+    hw = tuple(int(v) for v in input_hw) if input_hw is not None else _default_input_hw()
+
+    if kind == "torch":
+        if precision == "int8":
+            raise BackendUnavailable("int8 is not offered for --backend torch: use --backend onnxruntime or tensorrt with --precision int8")
+        if precision == "fp16" and dev.type != "cuda":
+            raise BackendUnavailable("fp16 needs a CUDA GPU (--device cuda); on CPU use --precision fp32")
+        if cuda_graphs and dev.type != "cuda":
+            raise BackendUnavailable("CUDA graphs need --device cuda; on CPU drop --cuda-graphs")
+        if cuda_graphs and compile:
+            raise BackendUnavailable(
+                "--cuda-graphs and --compile together are not offered: pick one "
+                "(torch.compile(mode='reduce-overhead') would capture its own graphs)"
+            )
+        if compile:
+            _check_compile_available(dev)
+        kw = dict(device=dev, precision=precision, batch_size=batch_size, channels_last=channels_last, input_hw=hw)
+        if cuda_graphs:
+            return CudaGraphBackend(model, **kw)
+        return TorchBackend(model, compile=compile, **kw)
+
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    calib = calibration or CalibrationSettings()
+    if kind == "onnxruntime":
+        return _make_ort_backend(model, precision=precision, device=dev, batch_size=batch_size,
+                                 cache_dir=cache, input_hw=hw, calibration=calib)
+    return _make_trt_backend(model, precision=precision, device=dev, batch_size=batch_size,
+                             cache_dir=cache, input_hw=hw, calibration=calib)
+
+
+def _check_compile_available(dev: torch.device) -> None:
+    if not hasattr(torch, "compile"):
+        raise BackendUnavailable(f"torch.compile needs torch >= 2.0 (found {torch.__version__}): upgrade torch or drop --compile")
+    if dev.type == "cpu":
+        import shutil
+
+        if not (shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++") or shutil.which("clang++")):
+            raise BackendUnavailable("torch.compile on CPU needs a C++ compiler (g++): apt-get install g++, or drop --compile")

@@ -1,0 +1,106 @@
+"""labkit.annotate: light on import, records in-process, and agrees with what nsys records."""
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from labkit import annotate, env
+
+
+def test_import_is_light():
+    code = "import sys, labkit.annotate; print('pandas' in sys.modules, 'matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_records_nesting_threads_batches_and_items():
+    annotate.reset()
+
+    @annotate.ranged("work")
+    def work():
+        time.sleep(0.002)
+
+    def worker():
+        for i in range(3):
+            with annotate.range("batch", batch=i, items=4):
+                work()
+
+    t = threading.Thread(target=worker, name="stage-thread")
+    t.start()
+    t.join()
+    recs = annotate.records()
+    assert [r.name for r in recs] == ["work", "batch"] * 3
+    assert {r.thread_name for r in recs} == {"stage-thread"}
+    batches = [r for r in recs if r.name == "batch"]
+    assert [r.batch for r in batches] == [0, 1, 2] and all(r.items == 4 for r in batches)
+    for outer, inner in zip(batches, [r for r in recs if r.name == "work"]):
+        assert outer.start_ns <= inner.start_ns <= inner.end_ns <= outer.end_ns
+    s = annotate.stage_summary(skip_batches=1)
+    assert s["batch"]["count"] == 2 and s["batch"]["items"] == 8
+    assert s["work"]["count"] == 3  # no batch index: never treated as warm-up
+    assert s["batch"]["ms_per_item"] == pytest.approx(s["batch"]["total_ms"] / 8)
+    annotate.reset()
+    assert annotate.records() == []
+
+
+def test_exceptions_still_close_the_range():
+    annotate.reset()
+    with pytest.raises(KeyError):
+        with annotate.range("fails"):
+            raise KeyError("x")
+    assert [r.name for r in annotate.records()] == ["fails"]
+
+
+PROGRAM = textwrap.dedent("""
+    import json, sys, threading, time
+    from labkit import annotate
+    def stage(name, i, ms):
+        with annotate.range(name, batch=i, items=2):
+            time.sleep(ms / 1000)
+    def decoder():
+        for i in range(6):
+            stage("decode", i, 15)
+    t = threading.Thread(target=decoder, name="decoder"); t.start()
+    for i in range(6):
+        stage("infer", i, 25)
+    t.join()
+    json.dump([[r.name, r.start_ns, r.end_ns, r.batch, r.items, r.thread_name] for r in annotate.records()],
+              open(sys.argv[1], "w"))
+""")
+
+
+@pytest.mark.nsys
+def test_in_process_times_agree_with_nsys(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    rec_path = tmp_path / "records.json"
+    out = tmp_path / "prog"
+    proc = subprocess.run([env.find_nsys(), "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none",
+                           "--export=sqlite", "-o", str(out), sys.executable, str(script), str(rec_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    mine = json.loads(rec_path.read_text())
+    con = sqlite3.connect(f"{out}.sqlite")
+    # nsys 2022.4 stores registered-looking strings in StringIds, referenced by textId.
+    named = ("SELECT COALESCE(e.text, s.value) AS name, e.start, e.end, e.int64Value AS payload "
+             "FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId")
+    rows = con.execute(f"SELECT * FROM ({named}) WHERE end IS NOT NULL AND end > start ORDER BY start").fetchall()
+    marks = con.execute(f"SELECT COUNT(*), MIN(payload), MAX(payload) FROM ({named}) "
+                        "WHERE name = 'items' AND (end IS NULL OR end = start)").fetchone()
+    con.close()
+    assert len(rows) == len(mine) == 12
+    assert marks == (12, 2, 2)
+    for name in ("decode", "infer"):
+        theirs = sorted((r[3], r[2] - r[1]) for r in rows if r[0] == name)
+        ours = sorted((m[3], m[2] - m[1]) for m in mine if m[0] == name)
+        assert [b for b, _ in theirs] == [b for b, _ in ours] == list(range(6))
+        total_theirs = sum(d for _, d in theirs)
+        total_ours = sum(d for _, d in ours)
+        assert total_ours == pytest.approx(total_theirs, rel=0.03)
