@@ -328,3 +328,223 @@ def _check_compile_available(dev: torch.device) -> None:
 
         if not (shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++") or shutil.which("clang++")):
             raise BackendUnavailable("torch.compile on CPU needs a C++ compiler (g++): apt-get install g++, or drop --compile")
+
+
+# --------------------------------------------------------------------------- ONNX models on disk
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def ensure_onnx(model: torch.nn.Module, *, cache_dir: str | os.PathLike | None = None,
+                input_hw: Sequence[int] | None = None, opset: int = 17) -> Path:
+    """The model exported to ONNX (dynamic batch), cached as ``<cache>/<model_hash>-opset<N>.onnx``."""
+    from source_code.export_onnx import export_onnx
+
+    hw = tuple(int(v) for v in input_hw) if input_hw is not None else _default_input_hw()
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    mhash = model_hash(model, input_hw=hw)
+    path = cache / f"{mhash}-opset{opset}.onnx"
+    if not path.exists():
+        tmp = cache / f".{path.stem}.{os.getpid()}.onnx"
+        export_onnx(model, tmp, input_hw=hw, opset=opset, metadata={"labkit.model_hash": mhash})
+        os.replace(tmp, path)
+    return path
+
+
+def scene_frames(*, seed: int, count: int, seconds: float = 2.0, workdir: str | os.PathLike | None = None,
+                 input_hw: Sequence[int] | None = None):
+    """``count`` frames of the generated scene ``seed``, preprocessed to float32 ``(N, 3, H, W)``.
+
+    The scene is written by ``source_code/make_video.py`` and read back with OpenCV, so the
+    frames went through the same codec as the clips the pipeline runs on. Frames are spread
+    evenly over the clip.
+    """
+    import subprocess
+    import sys
+    import tempfile
+
+    import cv2
+    import numpy as np
+
+    from source_code.detector import INPUT_HW, preprocess_frames
+
+    hw = tuple(input_hw) if input_hw is not None else tuple(INPUT_HW)
+    with contextlib.ExitStack() as stack:
+        folder = Path(workdir) if workdir is not None else Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        folder.mkdir(parents=True, exist_ok=True)
+        video = folder / f"scene_seed{seed}_{seconds:g}s.mp4"
+        if not video.exists():
+            cmd = [sys.executable, "-m", "source_code.make_video", "--out", str(video),
+                   "--seconds", str(seconds), "--seed", str(seed)]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0 or not video.exists():
+                raise RuntimeError(f"make_video failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")
+        cap = cv2.VideoCapture(str(video))
+        frames = []
+        while True:
+            ok, frame = cap.read()
+            if not ok:
+                break
+            frames.append(frame)
+        cap.release()
+    if not frames:
+        raise RuntimeError(f"could not read any frame from {video}")
+    picks = np.linspace(0, len(frames) - 1, num=min(count, len(frames))).round().astype(int)
+    return preprocess_frames(np.stack([frames[i] for i in picks]), hw)
+
+
+class SceneCalibrationReader:
+    """An onnxruntime ``CalibrationDataReader`` over frames of generated scenes (batches of 4)."""
+
+    def __init__(self, settings: CalibrationSettings, *, input_name: str, input_hw: Sequence[int],
+                 workdir: str | os.PathLike | None = None, batch: int = 4):
+        import numpy as np
+
+        parts = [scene_frames(seed=s, count=settings.frames_per_seed, seconds=settings.seconds,
+                              workdir=workdir, input_hw=input_hw) for s in settings.seeds]
+        frames = np.concatenate(parts)
+        self._batches = [{input_name: np.ascontiguousarray(frames[i:i + batch])} for i in range(0, len(frames), batch)]
+        self._it = iter(self._batches)
+
+    def get_next(self):
+        return next(self._it, None)
+
+    def rewind(self) -> None:
+        self._it = iter(self._batches)
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+
+def ensure_int8_onnx(onnx_path: Path, *, calibration: CalibrationSettings, input_hw: Sequence[int],
+                     cache_dir: Path, workdir: str | os.PathLike | None = None) -> Path:
+    """The QDQ INT8 model of ``onnx_path``, cached next to it keyed by calibration settings.
+
+    Static quantization (``quantize_static``), QDQ format, INT8 weights per channel and INT8
+    activations, both symmetric: that is the form TensorRT's explicit quantization accepts,
+    and ONNX Runtime's recommended S8S8 QDQ form on CPU. The output convolutions of the three
+    heads are left in float: the heatmap logits feed a sigmoid and a threshold, where a
+    coarse quantization step changes which detections survive.
+    """
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+               "percentile": CalibrationMethod.Percentile}
+    if calibration.method not in methods:
+        raise BackendUnavailable(f"unknown calibration method {calibration.method!r}: choose one of {', '.join(methods)}")
+    out = cache_dir / f"{onnx_path.stem}-int8-{calibration.key()}.onnx"
+    if out.exists():
+        return out
+    pre = cache_dir / f".{onnx_path.stem}.{os.getpid()}.pre.onnx"
+    tmp = cache_dir / f".{out.stem}.{os.getpid()}.onnx"
+    try:
+        quant_pre_process(str(onnx_path), str(pre), skip_symbolic_shape=False)
+        proto = onnx.load(str(pre))
+        input_name = proto.graph.input[0].name
+        outputs = {o.name for o in proto.graph.output}
+        head_nodes = [n.name for n in proto.graph.node if set(n.output) & outputs]
+        reader = SceneCalibrationReader(calibration, input_name=input_name, input_hw=input_hw, workdir=workdir)
+        quantize_static(
+            str(pre), str(tmp), reader,
+            quant_format=QuantFormat.QDQ, per_channel=calibration.per_channel,
+            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+            calibrate_method=methods[calibration.method], nodes_to_exclude=head_nodes,
+            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
+        )
+        os.replace(tmp, out)
+    finally:
+        pre.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+# --------------------------------------------------------------------------- ONNX Runtime
+
+
+def _ort_providers(device: torch.device, precision: str) -> list:
+    import onnxruntime as ort
+
+    have = ort.get_available_providers()
+    if device.type == "cpu":
+        return ["CPUExecutionProvider"]
+    if "CUDAExecutionProvider" not in have:
+        raise BackendUnavailable(
+            f"onnxruntime {ort.__version__} has no CUDA provider (it offers {', '.join(have)}): "
+            "pip uninstall onnxruntime && pip install onnxruntime-gpu, or use --device cpu"
+        )
+    cuda = ("CUDAExecutionProvider", {"device_id": device.index or 0,
+                                      "user_compute_stream": str(torch.cuda.current_stream(device).cuda_stream)})
+    # INT8 QDQ graphs only run as INT8 under TensorRT; the CUDA provider dequantizes them.
+    if precision == "int8" and "TensorrtExecutionProvider" in have:
+        return [("TensorrtExecutionProvider", {"device_id": device.index or 0}), cuda, "CPUExecutionProvider"]
+    return [cuda, "CPUExecutionProvider"]
+
+
+class OrtBackend(Backend):
+    """ONNX Runtime session over the exported (fp32) or QDQ-quantized (int8) model."""
+
+    def __init__(self, onnx_path: Path, *, device: torch.device, precision: str, batch_size: int,
+                 input_hw: tuple[int, int], providers: list):
+        import numpy as np
+        import onnxruntime as ort
+
+        self.device, self.batch_size, self.precision, self.onnx_path = device, batch_size, precision, onnx_path
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.log_severity_level = 3
+        self.session = ort.InferenceSession(str(onnx_path), sess_options=opts, providers=providers)
+        self.providers = self.session.get_providers()
+        self.input_name = self.session.get_inputs()[0].name
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        h, w = input_hw
+        # One warm-up run gives the output shapes per frame (the batch axis is symbolic).
+        probe = self.session.run(self.output_names, {self.input_name: np.zeros((1, 3, h, w), np.float32)})
+        self._out_shapes = [tuple(a.shape[1:]) for a in probe]
+        ep = self.providers[0].replace("ExecutionProvider", "").lower()
+        self.name = f"onnxruntime-{precision}-{ep}"
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        _check_input(x, self.device, self.batch_size, self.name)
+        x = x.contiguous()
+        if self.device.type == "cpu":
+            outs = self.session.run(self.output_names, {self.input_name: x.numpy()})
+            return tuple(torch.from_numpy(o) for o in outs)
+        # On the GPU: bind torch's buffers directly, no host round trip.
+        import numpy as np
+
+        n = x.shape[0]
+        outs = [torch.empty((n, *s), device=self.device, dtype=torch.float32) for s in self._out_shapes]
+        binding = self.session.io_binding()
+        dev_id = self.device.index or 0
+        binding.bind_input(self.input_name, "cuda", dev_id, np.float32, tuple(x.shape), x.data_ptr())
+        for name, t in zip(self.output_names, outs):
+            binding.bind_output(name, "cuda", dev_id, np.float32, tuple(t.shape), t.data_ptr())
+        self.session.run_with_iobinding(binding)
+        return tuple(outs)
+
+    def close(self) -> None:
+        self.session = None
+
+
+def _make_ort_backend(model, *, precision, device, batch_size, cache_dir, input_hw, calibration) -> Backend:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError as exc:
+        raise BackendUnavailable(f"onnxruntime is not installed ({exc}): pip install onnxruntime (or onnxruntime-gpu on GPU machines)") from exc
+    if precision == "fp16":
+        raise BackendUnavailable("--backend onnxruntime offers fp32 and int8; for fp16 use --backend tensorrt or --backend torch --device cuda")
+    providers = _ort_providers(device, precision)  # fails early when the GPU provider is missing
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = ensure_onnx(model, cache_dir=cache_dir, input_hw=input_hw)
+    if precision == "int8":
+        path = ensure_int8_onnx(path, calibration=calibration, input_hw=input_hw, cache_dir=cache_dir,
+                                workdir=cache_dir / "calibration_scenes")
+    return OrtBackend(path, device=device, precision=precision, batch_size=batch_size, input_hw=input_hw,
+                      providers=providers)

@@ -1,0 +1,73 @@
+#!/usr/bin/env python
+"""Run the lab headless: every notebook in notebooks/ in order, executed with nbclient.
+
+    python scripts/run_lab.py [--mode small|full] [--only 01] [--out reports/notebooks]
+
+The mode reaches the notebooks as the environment variable LABKIT_MODE (their configuration
+cell reads it). Executed copies, with outputs, are written under --out; the stored notebooks
+are never modified. Stops at the first failing notebook and names the cell that failed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def lab_notebooks(folder: Path = ROOT / "notebooks") -> list[Path]:
+    """The lab's notebooks in order (NN_*.ipynb), solutions and checkpoints left out."""
+    return sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb") if "solution" not in p.name.lower())
+
+
+def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int) -> float:
+    """Execute one notebook with the project root as working dir; returns seconds taken."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(path, as_version=4)
+    os.environ["LABKIT_MODE"] = mode
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    t0 = time.perf_counter()
+    try:
+        client.execute()
+    except CellExecutionError as exc:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, out_dir / path.name)
+        raise SystemExit(f"run_lab: {path.name} failed (executed copy with the error: "
+                         f"{out_dir / path.name}):\n{str(exc)[-2000:]}") from None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, out_dir / path.name)
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", choices=("small", "full"), default=os.environ.get("LABKIT_MODE", "full"))
+    p.add_argument("--only", default="", help="run only notebooks whose name starts with this")
+    p.add_argument("--out", type=Path, default=ROOT / "reports" / "notebooks")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
+    args = p.parse_args(argv)
+    books = [b for b in lab_notebooks() if b.name.startswith(args.only)]
+    if not books:
+        print(f"run_lab: no notebooks match {args.only!r} under notebooks/", file=sys.stderr)
+        return 1
+    os.chdir(ROOT)
+    total = 0.0
+    for book in books:
+        print(f"run_lab: {book.name} (mode {args.mode}) ...", flush=True)
+        dt = run_notebook(book, args.out, mode=args.mode, timeout=args.timeout)
+        total += dt
+        print(f"run_lab: {book.name} done in {dt:.0f} s", flush=True)
+    print(f"run_lab: {len(books)} notebooks in {total:.0f} s; executed copies in {args.out}; "
+          f"speed-up table in reports/speedup.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
