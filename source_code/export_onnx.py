@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import io
+import logging
 import sys
 import warnings
 from dataclasses import dataclass
@@ -52,16 +54,20 @@ def export_onnx(model: torch.nn.Module, path: str | Path, *, input_hw: Sequence[
         raise ExportError(f"opset {opset} is too old: use --opset 17 or newer")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    import copy
-
     m = copy.deepcopy(model).float().cpu().eval()
     h, w = (int(v) for v in input_hw)
     # Batch 2, not 1: torch.export specializes a dimension whose example size is 1.
     example = torch.rand(2, 3, h, w)
     exporter, dynamo_error = "dynamo", None
     tmp = path.with_suffix(path.suffix + ".tmp")
+    # torch logs a warning that it translates at opset 18 and converts down; expected here.
+    compat_log = logging.getLogger("torch.onnx._internal.exporter._compat")
+    level = compat_log.level
+    compat_log.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        # The dynamo exporter narrates its steps on stdout/stderr; failures still raise.
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             program = torch.onnx.export(
                 m, (example,), None, dynamo=True, opset_version=opset, verbose=False,
@@ -82,7 +88,8 @@ def export_onnx(model: torch.nn.Module, path: str | Path, *, input_hw: Sequence[
             raise ExportError(
                 f"ONNX export failed with both exporters.\n  dynamo: {dynamo_error}\n  torchscript: {type(exc2).__name__}: {exc2}"
             ) from exc2
-
+    finally:
+        compat_log.setLevel(level)
     proto = onnx.load(str(tmp))
     got = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
     if got < opset:

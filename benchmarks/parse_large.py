@@ -1,0 +1,161 @@
+"""Benchmark: load and summarize a large export, side by side with ``nsys stats``.
+
+Builds (once, then reuses) ``reports/bench/large.sqlite``: the H100 fixture
+``tests/fixtures/gputest.nsys2025.3.sqlite`` replicated COPIES times, each copy shifted in
+time by the fixture's span and in correlation id by its largest id, for NVTX ranges, kernels,
+memcpys, memsets and the CUDA API calls that launched them (other API rows are left out).
+The default of 4000 copies gives 1,408,000 kernels and 200,000 NVTX ranges.
+
+Then times ``load_report`` + ``nvtx_summary`` + ``kernel_summary`` + ``gpu_projection``
+(target: under 10 s on 2 cores) and ``nsys stats`` on the same file with the installed nsys.
+
+    python benchmarks/parse_large.py [--copies 4000] [--out reports/bench/large.sqlite]
+        [--rebuild] [--no-nsys] [--nsys-timeout 600]
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "gputest.nsys2025.3.sqlite"
+GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+
+
+def build(out: Path, copies: int) -> None:
+    """Write the replicated export to ``out`` (all work done inside SQLite)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".building")
+    shutil.copyfile(FIXTURE, tmp)
+    tmp.chmod(0o644)
+    con = sqlite3.connect(tmp)
+    cur = con.cursor()
+    lo, hi = cur.execute(
+        "SELECT min(s), max(e) FROM (SELECT min(start) s, max(end) e FROM NVTX_EVENTS UNION ALL "
+        + " UNION ALL ".join(f"SELECT min(start), max(end) FROM {t}" for t in GPU_TABLES)
+        + " UNION ALL SELECT min(start), max(end) FROM CUPTI_ACTIVITY_KIND_RUNTIME)").fetchone()
+    period = int(hi - lo) + 1_000_000
+    corr = cur.execute("SELECT max(correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0] + 1
+    cur.execute("CREATE TEMP TABLE copies(k INTEGER PRIMARY KEY)")
+    cur.executemany("INSERT INTO copies VALUES (?)", [(k,) for k in range(copies)])
+
+    def replicate(table: str, where: str = "", shift_corr: bool = True) -> None:
+        cols = [r[1] for r in cur.execute(f"PRAGMA table_info({table})")]
+        sel = []
+        for c in cols:
+            if c in ("start", "end"):
+                sel.append(f"o.[{c}] + c.k * {period}")
+            elif c == "correlationId" and shift_corr:
+                sel.append(f"o.[{c}] + c.k * {corr}")
+            else:
+                sel.append(f"o.[{c}]")
+        cur.execute(f"CREATE TEMP TABLE orig AS SELECT * FROM {table} {where}")
+        cur.execute(f"DELETE FROM {table}")
+        cur.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(sel)} "
+                    f"FROM copies c CROSS JOIN temp.orig o ORDER BY c.k, o.rowid")
+        cur.execute("DROP TABLE temp.orig")
+
+    ops = " UNION ".join(f"SELECT correlationId FROM {t}" for t in GPU_TABLES)
+    replicate("CUPTI_ACTIVITY_KIND_RUNTIME", f"WHERE correlationId IN ({ops})")
+    for t in GPU_TABLES:
+        replicate(t)
+    replicate("NVTX_EVENTS", "WHERE eventType IN (59, 60, 34)", shift_corr=False)
+    cur.execute("UPDATE ANALYSIS_DETAILS SET stopTime = startTime + ?, duration = ?",
+                (period * copies, period * copies))
+    con.commit()
+    con.execute("VACUUM")
+    con.close()
+    tmp.replace(out)
+
+
+def count(path: Path) -> dict:
+    con = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+    q = {"kernels": "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL",
+         "nvtx_ranges": "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60)",
+         "cuda_api": "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+         "memcpy": "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY",
+         "memset": "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET"}
+    out = {k: con.execute(v).fetchone()[0] for k, v in q.items()}
+    con.close()
+    return out
+
+
+def time_labkit(path: Path) -> dict:
+    from labkit.report import load_report
+
+    t = {}
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rep = load_report(path)
+    t["load_report"] = time.perf_counter() - t0
+    for name in ("nvtx_summary", "kernel_summary", "gpu_projection"):
+        t1 = time.perf_counter()
+        df = getattr(rep, name)()
+        t[name] = time.perf_counter() - t1
+        t[f"{name}_rows"] = len(df)
+    t["total"] = t["load_report"] + t["nvtx_summary"] + t["kernel_summary"] + t["gpu_projection"]
+    return t
+
+
+def time_nsys(path: Path, timeout: int) -> dict:
+    from labkit.env import find_nsys, nsys_version
+
+    exe = find_nsys()
+    if not exe:
+        return {"error": "nsys not found"}
+    ver = nsys_version(exe) or "?"
+    old = ver.startswith("2022") or ver.startswith("2021")
+    reports = ["nvtxsum", "gpukernsum", "gpumemtimesum", "nvtxgpuproj"] if old else \
+        ["nvtx_sum", "cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "nvtx_gpu_proj_trace"]
+    res = {"nsys": ver}
+    with tempfile.TemporaryDirectory() as td:
+        work = Path(td) / path.name  # nsys stats may add its own tables: never touch the original
+        shutil.copyfile(path, work)
+        for r in reports:
+            t0 = time.perf_counter()
+            try:
+                p = subprocess.run([exe, "stats", "-q", "-r", r, "--format", "csv", "-o", str(Path(td) / "o"),
+                                    str(work)], capture_output=True, text=True, timeout=timeout)
+                ok = p.returncode == 0
+                res[r] = time.perf_counter() - t0 if ok else f"failed ({p.returncode}): {p.stderr.strip()[-200:]}"
+            except subprocess.TimeoutExpired:
+                res[r] = f"did not finish in {timeout} s"
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--copies", type=int, default=4000)
+    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "bench" / "large.sqlite")
+    ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--no-nsys", action="store_true")
+    ap.add_argument("--nsys-timeout", type=int, default=600)
+    args = ap.parse_args(argv)
+    if args.rebuild or not args.out.exists():
+        t0 = time.perf_counter()
+        build(args.out, args.copies)
+        print(f"built {args.out} in {time.perf_counter() - t0:.1f} s")
+    n = count(args.out)
+    print(f"file: {args.out} ({args.out.stat().st_size / 2**20:.0f} MiB): " + ", ".join(f"{k} {v:,}" for k, v in n.items()))
+    t = time_labkit(args.out)
+    print("labkit: " + ", ".join(f"{k} {v:.2f} s" for k, v in t.items() if not k.endswith("_rows")))
+    print(f"        rows: nvtx_summary {t['nvtx_summary_rows']}, kernel_summary {t['kernel_summary_rows']}, "
+          f"gpu_projection {t['gpu_projection_rows']:,}")
+    print(f"        target < 10 s: {'met' if t['total'] < 10 else 'MISSED'} ({t['total']:.2f} s)")
+    if not args.no_nsys:
+        r = time_nsys(args.out, args.nsys_timeout)
+        print(f"nsys stats ({r.pop('nsys', '?')}) on the same file: "
+              + ", ".join(f"{k} {v:.1f} s" if isinstance(v, float) else f"{k}: {v}" for k, v in r.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

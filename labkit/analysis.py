@@ -1,0 +1,408 @@
+"""Analyses of a :class:`labkit.report.Report`: GPU projection of NVTX ranges, stage and batch
+tables, GPU utilization, the bottleneck sentence, pageable copies.
+
+Everything is vectorized (searchsorted / reduceat over sorted arrays, loops only over threads
+or nesting levels), so a report with a million kernels is analysed in about a second.
+Functions return frames and never print.
+
+Conventions read from the NVTX ranges (those of :mod:`labkit.annotate`): the range message is
+the stage name, its integer payload the batch index, and a mark named ``"items"`` inside a
+range carries that range's item count in its payload.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "project_ranges",
+    "stage_table",
+    "batches",
+    "gpu_utilization",
+    "gpu_idle_gaps",
+    "bottleneck",
+    "Bottleneck",
+    "pageable_copies",
+    "busy_intervals",
+    "ITEMS_MARK",
+]
+
+ITEMS_MARK = "items"  # same value as labkit.annotate.ITEMS_MARK (not imported: keep this module light)
+WAIT_WORDS = ("wait", "idle", "queue", "sleep", "sync")
+"""Stage names containing one of these count as waiting, not as work, in :func:`bottleneck`."""
+
+
+# ----------------------------------------------------------------------------- projection
+def _launches(rep) -> pd.DataFrame:
+    """One row per CUDA API call that launched GPU work: global_tid, call start/end, first op
+    start, last op end (ops joined to calls by process and correlation id)."""
+    ops = rep._gpu_core()
+    api = rep._api_core()
+    cols = ["global_tid", "call_start", "call_end", "op_start", "op_end"]
+    if len(ops) == 0 or len(api) == 0:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
+    okey = (ops["pid"].to_numpy() << 32) | (ops["correlation_id"].to_numpy() & 0xFFFFFFFF)
+    g = pd.DataFrame({"k": okey, "s": ops["start_ns"].to_numpy(), "e": ops["end_ns"].to_numpy()})
+    agg = g.groupby("k", sort=True).agg(s=("s", "min"), e=("e", "max"))
+    akey = (api["pid"].to_numpy() << 32) | (api["correlation_id"].to_numpy() & 0xFFFFFFFF)
+    order = np.argsort(akey, kind="stable")
+    sk = akey[order]
+    keys = agg.index.to_numpy()
+    pos = np.searchsorted(sk, keys)
+    pos_c = np.minimum(pos, len(sk) - 1)
+    found = sk[pos_c] == keys
+    rows = order[pos_c[found]]
+    out = pd.DataFrame({
+        "global_tid": api["global_tid"].to_numpy()[rows],
+        "call_start": api["start_ns"].to_numpy()[rows],
+        "call_end": api["end_ns"].to_numpy()[rows],
+        "op_start": agg["s"].to_numpy()[found],
+        "op_end": agg["e"].to_numpy()[found],
+    })
+    return out.sort_values(["global_tid", "call_start"], kind="stable", ignore_index=True)
+
+
+def project_ranges(rep) -> pd.DataFrame:
+    """See :meth:`labkit.report.Report.gpu_projection`."""
+    from labkit.report import PROJECTION_COLUMNS, _empty
+
+    nv = rep.nvtx
+    calls = _launches(rep)
+    sel = (nv["kind"] != "mark").to_numpy().copy()
+    if "end_global_tid" in nv:
+        egt = nv["end_global_tid"].to_numpy()
+        sel &= (egt < 0) | (egt == nv["global_tid"].to_numpy())
+    ridx = np.flatnonzero(sel)
+    if len(calls) == 0 or len(ridx) == 0:
+        return _empty(PROJECTION_COLUMNS)
+    r_g = nv["global_tid"].to_numpy()[ridx]
+    r_s = nv["start_ns"].to_numpy()[ridx]
+    r_e = nv["end_ns"].to_numpy()[ridx]
+    c_g = calls["global_tid"].to_numpy()
+    c_s = calls["call_start"].to_numpy()
+    c_e = calls["call_end"].to_numpy()
+    lo = np.zeros(len(ridx), dtype=np.int64)
+    hi = np.zeros(len(ridx), dtype=np.int64)
+    # calls of a thread are sequential: those inside [start, end] are one contiguous slice
+    bounds = np.searchsorted(c_g, np.unique(c_g))
+    bounds = np.append(bounds, len(c_g))
+    for i, g in enumerate(np.unique(c_g)):
+        a, b = bounds[i], bounds[i + 1]
+        mine = np.flatnonzero(r_g == g)
+        if len(mine) == 0:
+            continue
+        ends = np.maximum.accumulate(c_e[a:b])
+        lo[mine] = a + np.searchsorted(c_s[a:b], r_s[mine], side="left")
+        hi[mine] = a + np.searchsorted(ends, r_e[mine], side="right")
+    n_ops = np.maximum(hi - lo, 0)
+    keep = n_ops > 0
+    lo, hi, n_ops, ridx = lo[keep], hi[keep], n_ops[keep], ridx[keep]
+    if len(ridx) == 0:
+        return _empty(PROJECTION_COLUMNS)
+    op_s = np.append(calls["op_start"].to_numpy(), 0)
+    op_e = np.append(calls["op_end"].to_numpy(), 0)
+    idx = np.empty(2 * len(lo), dtype=np.int64)
+    idx[0::2], idx[1::2] = lo, hi
+    p_s = np.minimum.reduceat(op_s, idx)[0::2]
+    p_e = np.maximum.reduceat(op_e, idx)[0::2]
+    sub = nv.iloc[ridx]
+    out = pd.DataFrame({
+        "name": sub["name"].to_numpy(), "domain": sub["domain"].to_numpy(),
+        "style": np.where(sub["kind"].to_numpy() == "start_end", "StartEnd", "PushPop").astype(object),
+        "start_ns": sub["start_ns"].to_numpy(), "end_ns": sub["end_ns"].to_numpy(),
+        "duration_ns": sub["duration_ns"].to_numpy(),
+        "proj_start_ns": p_s, "proj_end_ns": p_e, "proj_duration_ns": p_e - p_s, "num_gpu_ops": n_ops,
+        "tid": sub["tid"].to_numpy(), "pid": sub["pid"].to_numpy(), "depth": sub["depth"].to_numpy(),
+        "parent": sub["parent"].to_numpy(), "nvtx_index": ridx,
+    })
+    out = out.sort_values(["proj_start_ns", "proj_duration_ns"], ascending=[True, False], kind="stable",
+                          ignore_index=True)
+    return out[PROJECTION_COLUMNS]
+
+
+# ----------------------------------------------------------------------------- stages and batches
+def _items_per_range(nv: pd.DataFrame) -> np.ndarray:
+    """Item count of each nvtx row from its "items" marks (0 where none)."""
+    items = np.zeros(len(nv), dtype=np.int64)
+    m = nv[(nv["kind"] == "mark") & (nv["name"] == ITEMS_MARK) & (nv["parent"] >= 0)]
+    if len(m):
+        s = m.groupby("parent")["payload"].sum()
+        items[s.index.to_numpy()] = s.to_numpy(dtype=np.float64).astype(np.int64)
+    return items
+
+
+def _wall_ns(rep) -> int:
+    nv = rep.nvtx
+    if len(nv):
+        return int(nv["end_ns"].max() - nv["start_ns"].min())
+    return int(rep.meta.get("duration_ns") or 0)
+
+
+def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
+    """Per stage (NVTX push/pop range name): CPU time, projected GPU time, items, share of wall.
+
+    Args:
+        stages: range names to include, in this order (default: all, by CPU time).
+        warmup: instances whose payload (batch index) is below this are left out.
+    Returns: stage, instances, items, cpu_ms, cpu_ms_per_instance, cpu_ms_per_item, gpu_ms
+        (projected: first to last GPU op launched inside each instance, summed), gpu_ms_per_item,
+        wall_share (cpu_ms over the NVTX wall span; above 1 when threads overlap), threads.
+    """
+    nv = rep.nvtx
+    items = _items_per_range(nv)
+    r = nv.assign(items=items)
+    r = r[r["kind"] == "push_pop"]
+    if warmup:
+        pay = r["payload"]
+        r = r[~(pay.notna() & (pay.astype("float64") < warmup))]
+    if stages is not None:
+        r = r[r["name"].isin(list(stages))]
+    cols = ["stage", "instances", "items", "cpu_ms", "cpu_ms_per_instance", "cpu_ms_per_item", "gpu_ms",
+            "gpu_ms_per_item", "wall_share", "threads"]
+    if len(r) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "stage" else "float64") for c in cols})
+    proj = rep.gpu_projection()
+    gpu = pd.Series(0, index=r.index, dtype="int64")
+    if len(proj):
+        pj = proj.set_index("nvtx_index")["proj_duration_ns"]
+        gpu = pj.reindex(r.index).fillna(0).astype("int64")
+    r = r.assign(gpu_ns=gpu.to_numpy())
+    g = r.groupby("name", sort=False)
+    out = pd.DataFrame({
+        "instances": g.size(),
+        "items": g["items"].sum(),
+        "cpu_ms": g["duration_ns"].sum() / 1e6,
+        "gpu_ms": g["gpu_ns"].sum() / 1e6,
+        "threads": g["global_tid"].nunique(),
+    })
+    out["cpu_ms_per_instance"] = out["cpu_ms"] / out["instances"]
+    per = out["items"].where(out["items"] > 0)
+    out["cpu_ms_per_item"] = out["cpu_ms"] / per
+    out["gpu_ms_per_item"] = out["gpu_ms"] / per
+    wall = _wall_ns(rep) / 1e6
+    out["wall_share"] = out["cpu_ms"] / wall if wall else np.nan
+    out = out.reset_index().rename(columns={"name": "stage"})
+    if stages is not None:
+        order = {s: i for i, s in enumerate(stages)}
+        out = out.sort_values("stage", key=lambda s: s.map(order), ignore_index=True)
+    else:
+        out = out.sort_values("cpu_ms", ascending=False, ignore_index=True)
+    return out[cols]
+
+
+def batches(rep, *, warmup: int = 0, stages=None) -> pd.DataFrame:
+    """One row per batch index (the payload of push/pop ranges), warm-up batches left out.
+
+    Args:
+        warmup: batches with index below this are dropped.
+        stages: range names to use (default: every range name that carries a payload).
+    Returns: batch, start_ns, end_ns (first start / last end over its ranges), wall_ms, items
+        (largest item count among its ranges), ms_per_item, then ``<stage>_ms`` per stage
+        (summed over that batch's ranges of the stage).
+    """
+    nv = rep.nvtx
+    items = _items_per_range(nv)
+    r = nv.assign(items=items)
+    r = r[(r["kind"] != "mark") & r["payload"].notna()]
+    if stages is not None:
+        r = r[r["name"].isin(list(stages))]
+    r = r.assign(batch=r["payload"].astype("float64").astype("int64"))
+    r = r[r["batch"] >= warmup]
+    base = ["batch", "start_ns", "end_ns", "wall_ms", "items", "ms_per_item"]
+    if len(r) == 0:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in base})
+    g = r.groupby("batch")
+    out = pd.DataFrame({"start_ns": g["start_ns"].min(), "end_ns": g["end_ns"].max(), "items": g["items"].max()})
+    out["wall_ms"] = (out["end_ns"] - out["start_ns"]) / 1e6
+    out["ms_per_item"] = out["wall_ms"] / out["items"].where(out["items"] > 0)
+    wide = r.pivot_table(index="batch", columns="name", values="duration_ns", aggfunc="sum", sort=False) / 1e6
+    order = stages if stages is not None else list(dict.fromkeys(r["name"]))
+    wide = wide[[s for s in order if s in wide.columns]]
+    wide.columns = [f"{c}_ms" for c in wide.columns]
+    out = out.join(wide).reset_index()
+    return out[base + list(wide.columns)]
+
+
+# ----------------------------------------------------------------------------- GPU busy time
+def busy_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as sorted, disjoint (start, end) arrays (vectorized merge)."""
+    if len(starts) == 0:
+        return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
+    o = np.argsort(starts, kind="stable")
+    s, e = starts[o], ends[o]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > run_end[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], len(s)) - 1
+    return s[first], run_end[last]
+
+
+def _busy_before(ms: np.ndarray, me: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Busy time in [-inf, t) of disjoint sorted intervals, for each t (vectorized)."""
+    cum = np.concatenate([[0], np.cumsum(me - ms)])
+    k = np.searchsorted(ms, t, side="right")  # intervals started before t
+    partial = np.where(k > 0, np.minimum(t, me[np.maximum(k - 1, 0)]) - ms[np.maximum(k - 1, 0)], 0)
+    return cum[np.maximum(k - 1, 0)] * (k > 0) + np.maximum(partial, 0)
+
+
+def gpu_utilization(rep, *, bin_ms: float = 10.0, device_id: int | None = None, window=None) -> pd.DataFrame:
+    """Fraction of each time bin with at least one GPU operation running.
+
+    Args:
+        bin_ms: bin width in ms.
+        device_id: one GPU only (default: all together).
+        window: (start_ns, end_ns) to cover (default: the trace span of NVTX and GPU work).
+    Returns: start_ns, end_ns, busy_ns, idle_ns, busy_frac per bin.
+    """
+    ops = rep.gpu_ops() if device_id is not None else rep._gpu_core()
+    if device_id is not None:
+        ops = ops[ops["device_id"] == device_id]
+    cols = ["start_ns", "end_ns", "busy_ns", "idle_ns", "busy_frac"]
+    ms, me = busy_intervals(ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy())
+    if window is None:
+        starts = [v for v in (ms.min() if len(ms) else None, rep.nvtx["start_ns"].min() if len(rep.nvtx) else None)
+                  if v is not None]
+        ends = [v for v in (me.max() if len(me) else None, rep.nvtx["end_ns"].max() if len(rep.nvtx) else None)
+                if v is not None]
+        if not starts:
+            return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
+        window = (int(min(starts)), int(max(ends)))
+    w0, w1 = int(window[0]), int(window[1])
+    step = max(int(bin_ms * 1e6), 1)
+    edges = np.arange(w0, w1 + step, step, dtype=np.int64)
+    if len(edges) < 2:
+        edges = np.array([w0, w0 + step], dtype=np.int64)
+    b = _busy_before(ms, me, edges) if len(ms) else np.zeros(len(edges), dtype=np.int64)
+    busy = np.diff(b)
+    width = np.diff(edges)
+    return pd.DataFrame({"start_ns": edges[:-1], "end_ns": edges[1:], "busy_ns": busy.astype(np.int64),
+                         "idle_ns": (width - busy).astype(np.int64), "busy_frac": busy / width})
+
+
+def gpu_idle_gaps(rep, *, min_gap_ms: float = 1.0, device_id: int | None = None) -> pd.DataFrame:
+    """Gaps between GPU operations (all streams together) of at least ``min_gap_ms``.
+
+    Returns: start_ns, end_ns, duration_ns, before (name of the op that ended the busy stretch),
+    after (the op that started the next), sorted by duration, longest first.
+    """
+    ops = rep.gpu_ops()
+    if device_id is not None:
+        ops = ops[ops["device_id"] == device_id]
+    ms, me = busy_intervals(ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy())
+    cols = ["start_ns", "end_ns", "duration_ns", "before", "after"]
+    if len(ms) < 2:
+        return pd.DataFrame({c: pd.Series(dtype=object if c in ("before", "after") else "int64") for c in cols})
+    gs, ge = me[:-1], ms[1:]
+    keep = (ge - gs) >= min_gap_ms * 1e6
+    gs, ge = gs[keep], ge[keep]
+    s = ops["start_ns"].to_numpy()
+    e_order = np.argsort(ops["end_ns"].to_numpy(), kind="stable")
+    e_sorted = ops["end_ns"].to_numpy()[e_order]
+    names = ops["name"].to_numpy()
+    before = names[e_order[np.clip(np.searchsorted(e_sorted, gs, side="right") - 1, 0, len(ops) - 1)]]
+    after = names[np.clip(np.searchsorted(s, ge, side="left"), 0, len(ops) - 1)]
+    out = pd.DataFrame({"start_ns": gs, "end_ns": ge, "duration_ns": ge - gs, "before": before, "after": after})
+    return out.sort_values("duration_ns", ascending=False, ignore_index=True)
+
+
+# ----------------------------------------------------------------------------- bottleneck
+@dataclass(frozen=True)
+class Bottleneck:
+    """The stage and thread that bound throughput; ``str()`` gives the sentence."""
+
+    sentence: str
+    stage: str | None
+    thread: str | None
+    tid: int | None
+    thread_busy_frac: float
+    stage_ms: float
+    wall_ms: float
+    gpu_busy_frac: float
+    table: pd.DataFrame
+
+    def __str__(self) -> str:
+        return self.sentence
+
+
+def _is_wait(name: str) -> bool:
+    n = str(name).lower()
+    return any(w in n for w in WAIT_WORDS)
+
+
+def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
+    """Name the stage and the thread that bound throughput.
+
+    The busiest thread is the one whose work (push/pop ranges, minus waiting ranges such as
+    ``wait``/``queue``/``sync``, counted once where nested) covers the largest share of the wall
+    span; its stage with the most self time (own time minus nested ranges) is the bottleneck.
+    When the GPU was busier than any thread, the GPU is named instead.
+
+    Returns: :class:`Bottleneck` (``str()`` is a sentence with the numbers; ``table`` has per
+    thread and stage: self_ms, busy share).
+    """
+    nv = rep.nvtx
+    wall_ns = _wall_ns(rep)
+    pp = nv[nv["kind"] == "push_pop"]
+    if warmup:
+        pay = pp["payload"]
+        pp = pp[~(pay.notna() & (pay.astype("float64") < warmup))]
+    empty = pd.DataFrame(columns=["thread", "tid", "stage", "self_ms", "thread_busy_frac"])
+    if len(pp) == 0 or wall_ns <= 0:
+        return Bottleneck("No NVTX ranges in this report: annotate the stages (labkit.annotate) and profile again.",
+                          None, None, None, 0.0, 0.0, wall_ns / 1e6, 0.0, empty)
+    # self time: own duration minus direct children's durations
+    child = pp[pp["parent"] >= 0].groupby("parent")["duration_ns"].sum()
+    self_ns = pp["duration_ns"] - child.reindex(pp.index).fillna(0).to_numpy()
+    work = pp.assign(self_ns=self_ns.to_numpy(), wait=pp["name"].map(_is_wait).to_numpy())
+    # envelopes such as "main" or "run" span most of the run and only wait for other threads
+    work = work[~work["wait"] & (work["duration_ns"] < 0.5 * wall_ns)]
+    tname = work["thread_name"].fillna("").astype(str)
+    work = work.assign(thread=np.where(tname != "", tname, "tid " + work["tid"].astype(str)))
+    per = work.groupby(["global_tid", "thread", "tid", "name"], sort=False)["self_ns"].sum().reset_index()
+    busy = per.groupby("global_tid")["self_ns"].sum()
+    per["thread_busy_frac"] = per["global_tid"].map(busy) / wall_ns
+    per["self_ms"] = per["self_ns"] / 1e6
+    per = per.sort_values("self_ns", ascending=False, ignore_index=True)
+    table = per[["thread", "tid", "name", "self_ms", "thread_busy_frac"]].rename(columns={"name": "stage"})
+    ops = rep._gpu_core()
+    ms, me = busy_intervals(ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy())
+    gpu_frac = float((me - ms).sum() / wall_ns) if len(ms) else 0.0
+    if len(per) == 0:
+        return Bottleneck("Only waiting ranges were found; no stage did measurable work.", None, None, None,
+                          0.0, 0.0, wall_ns / 1e6, gpu_frac, table)
+    top_tid = busy.idxmax()
+    frac = float(busy.max() / wall_ns)
+    row = per[per["global_tid"] == top_tid].iloc[0]
+    wall_ms = wall_ns / 1e6
+    if gpu_frac > frac:
+        sentence = (f"The GPU bound throughput: busy {gpu_frac:.0%} of {wall_ms:.1f} ms, more than any thread "
+                    f"(busiest: {row['thread']} at {frac:.0%}, mostly '{row['name']}').")
+    else:
+        sentence = (f"Stage '{row['name']}' on thread {row['thread']} bound throughput: that thread was busy "
+                    f"{frac:.0%} of {wall_ms:.1f} ms, '{row['name']}' itself {row['self_ns'] / 1e6:.1f} ms "
+                    f"({row['self_ns'] / wall_ns:.0%}); GPU busy {gpu_frac:.0%}.")
+    return Bottleneck(sentence, str(row["name"]), str(row["thread"]), int(row["tid"]), frac,
+                      float(row["self_ns"] / 1e6), wall_ms, gpu_frac, table)
+
+
+# ----------------------------------------------------------------------------- copies
+def pageable_copies(rep) -> pd.DataFrame:
+    """Asynchronous memcpy calls that touch pageable host memory (they run synchronously and
+    cannot overlap; pin the host buffer). Same rule as ``nsys analyze -r cuda_memcpy_async``.
+
+    Returns: start_ns, duration_ns, name, bytes, src_kind, dst_kind, api, tid, correlation_id.
+    """
+    m = rep.memcpy
+    cols = ["start_ns", "duration_ns", "name", "bytes", "src_kind", "dst_kind", "api", "tid", "correlation_id"]
+    m = m[m["pageable"]] if len(m) else m
+    api = rep.cuda_api
+    if len(m) == 0 or len(api) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object if c in ("name", "src_kind", "dst_kind", "api")
+                                          else "int64") for c in cols})
+    a = api[["pid", "correlation_id", "name", "tid"]].rename(columns={"name": "api"})
+    j = m.merge(a, on=["pid", "correlation_id"], how="inner")
+    j = j[j["api"].str.contains("Async", regex=False)]
+    return j.sort_values("start_ns", ignore_index=True)[cols]

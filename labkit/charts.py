@@ -1,0 +1,137 @@
+"""Plots of benchmark results; each takes a table or ledger frame and returns a Figure.
+
+    from labkit import charts, speedup_table, Ledger
+    charts.speedup_bars(speedup_table("reports/"))
+    charts.fps_vs_accuracy(Ledger("reports/ledger.jsonl").read(), accuracy="map50")
+    charts.stage_bars(Ledger("reports/ledger.jsonl").read())
+
+Ledger frames may hold several rows per step and machine; like the speed-up table, the plots
+use the latest one (:func:`labkit.tables.latest_rows`). Sized for a notebook cell (about 8x4 in).
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from labkit.tables import SpeedupTable, latest_rows
+
+__all__ = ["speedup_bars", "fps_vs_accuracy", "stage_bars"]
+
+_WIDTH = 8.0
+
+
+def _figure(nrows=1, ncols=1, height=4.0, **kw):
+    # Figure() rather than pyplot: no global state, no open-figure warnings in long notebooks;
+    # Jupyter still displays a returned Figure.
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(_WIDTH, height * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    return fig, axes
+
+
+def speedup_bars(table: SpeedupTable, *, title: str | None = None):
+    """Grouped bars: speed-up over the baseline for each step, one colour per machine.
+
+    Bars are labelled ``2.4x``; the dashed line marks 1x (the baseline). Missing values
+    (a step not run on a machine) leave a gap.
+    """
+    sp = table.speedup
+    steps, machines = list(sp.index), list(sp.columns)
+    fig, axes = _figure(height=4.2)
+    ax = axes[0, 0]
+    width = 0.8 / max(len(machines), 1)
+    for j, m in enumerate(machines):
+        xs = [i + (j - (len(machines) - 1) / 2) * width for i in range(len(steps))]
+        vals = sp[m].astype(float).tolist()
+        bars = ax.bar(xs, [0 if math.isnan(v) else v for v in vals], width, label=m)
+        for bar, v in zip(bars, vals):
+            if not math.isnan(v):
+                ax.annotate(f"{v:.2g}x" if v < 10 else f"{v:.0f}x", (bar.get_x() + bar.get_width() / 2, v),
+                            ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+    ax.axhline(1.0, color="0.3", lw=1, ls="--")
+    ax.set_xticks(range(len(steps)), steps, rotation=20 if len(steps) > 4 else 0, ha="right" if len(steps) > 4 else "center")
+    ax.set_ylabel(f"speed-up over {table.baseline!r} ({table.metric})")
+    ax.set_title(title or f"Speed-up per step ({table.metric})")
+    ax.margins(y=0.12)
+    if len(machines) > 1:
+        ax.legend(fontsize=8)
+    return fig
+
+
+def fps_vs_accuracy(frame: pd.DataFrame, accuracy: str = "map50", *, metric: str = "fps", title: str | None = None):
+    """Scatter of throughput against accuracy, one labelled point per step and machine.
+
+    Args:
+        frame: ledger frame (:meth:`labkit.Ledger.read`) with ``step``, ``machine``, ``metric``
+            and ``accuracy`` columns.
+        accuracy: ``"map50"`` or ``"mota"`` (any accuracy column works).
+        metric: the x axis; logarithmic when its values span more than 20x.
+    """
+    for col in ("step", metric, accuracy):
+        if col not in frame.columns:
+            raise ValueError(f"frame has no {col!r} column; columns: {list(frame.columns)}")
+    df = latest_rows(frame).dropna(subset=[metric, accuracy])
+    fig, axes = _figure(height=4.5)
+    ax = axes[0, 0]
+    groups = df.groupby("machine", sort=False) if "machine" in df.columns else [("", df)]
+    for machine, g in groups:
+        ax.scatter(g[metric], g[accuracy], s=40, label=machine or None, zorder=3)
+        for _, r in g.iterrows():
+            ax.annotate(str(r["step"]), (r[metric], r[accuracy]), fontsize=8, xytext=(4, 4),
+                        textcoords="offset points")
+    positive = df[metric][df[metric] > 0]
+    if len(positive) and positive.max() / positive.min() > 20:  # CPU and GPU rows on one axis
+        ax.set_xscale("log")
+    ax.set_xlabel("frames/s" if metric == "fps" else metric)
+    ax.set_ylabel(accuracy)
+    ax.set_title(title or f"{'Throughput' if metric == 'fps' else metric} vs {accuracy}")
+    ax.grid(alpha=0.3)
+    ax.margins(0.15)
+    if df.get("machine") is not None and df["machine"].nunique() > 1:
+        ax.legend(fontsize=8)
+    return fig
+
+
+def stage_bars(frame: pd.DataFrame, *, title: str | None = None):
+    """Stacked horizontal bars of milliseconds per frame by stage, one bar per step.
+
+    Args:
+        frame: ledger frame with ``step`` and ``stage_ms.<stage>`` columns (ms per frame);
+            one panel per machine when it holds several.
+    """
+    stages = [c for c in frame.columns if c.startswith("stage_ms.")]
+    if not stages:
+        raise ValueError("frame has no stage_ms.<stage> columns: benchmark an application that reports "
+                         "stage_ms in its results file")
+    df = latest_rows(frame).dropna(subset=stages, how="all")
+    machines = list(dict.fromkeys(df["machine"])) if "machine" in df.columns else [None]
+    fig, axes = _figure(nrows=len(machines), height=max(2.0, 0.45 * df["step"].nunique() + 1.4))
+    colors = _stage_colors(stages)
+    for ax, machine in zip(axes[:, 0], machines):
+        g = df if machine is None else df[df["machine"] == machine]
+        steps = list(g["step"])
+        left = [0.0] * len(g)
+        for col in stages:
+            vals = g[col].fillna(0.0).astype(float).tolist()
+            ax.barh(steps, vals, left=left, label=col.split(".", 1)[1], color=colors[col])
+            left = [a + b for a, b in zip(left, vals)]
+        for y, total in enumerate(left):
+            ax.annotate(f"{total:.1f} ms", (total, y), va="center", fontsize=8, xytext=(3, 0),
+                        textcoords="offset points")
+        ax.invert_yaxis()  # first step on top
+        ax.set_xlabel("ms per frame")
+        ax.margins(x=0.12)
+        ax.set_title(machine if machine else (title or "Time per frame by stage"), fontsize=10)
+    axes[0, 0].legend(fontsize=8, ncols=min(len(stages), 6), loc="lower right", bbox_to_anchor=(1, 1.08))
+    if title and machines != [None]:
+        fig.suptitle(title)
+    return fig
+
+
+def _stage_colors(stages):
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
+    return {s: cmap(i % 10) for i, s in enumerate(stages)}

@@ -1,0 +1,241 @@
+"""Results ledger: one JSON line per benchmark run, appended safely, read back as a DataFrame.
+
+A row (``schema`` 1) is a JSON object::
+
+    {"schema": 1, "time": "2026-11-23T06:40:00+00:00", "step": "baseline", "name": "...",
+     "command": [...], "config": {"batch_size": 1, ...},
+     "env": {...labkit.env.fingerprint()...},
+     "metrics": {"fps": 41.2, "latency_p50_ms": 23.1, "latency_p99_ms": 30.5,
+                 "spread": 0.02, "stage_ms": {"decode": 1.2, ...},
+                 "map50": 0.81, "mota": 0.7, "idf1": 0.8, "hota": 0.6},
+     "paths": {"profile": "reports/x.nsys-rep", "results": ["reports/x.r0.json", ...]}}
+
+Only ``step`` is required. Appends never rewrite the file: re-running a step adds a row and
+earlier rows stay. Concurrent writers (processes or threads) are serialized with ``fcntl.flock``
+on the ledger file, and each row goes out as one ``write`` of one line on an ``O_APPEND``
+descriptor, then ``fsync``; a writer killed mid-line leaves at most that line corrupt, and the
+next append starts on a fresh line. Corrupt lines are skipped on read with a
+:class:`LedgerWarning` naming the file and line number.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import functools
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+
+__all__ = ["Ledger", "LedgerWarning", "SCHEMA", "BASE_COLUMNS", "machine_label", "flatten"]
+
+SCHEMA = 1
+"""Version of the row layout written by :meth:`Ledger.append`."""
+
+BASE_COLUMNS = ["schema", "time", "step", "name", "machine", "ledger", "line"]
+"""Columns every frame from :meth:`Ledger.read` has, even when the ledger is empty."""
+
+
+class LedgerWarning(UserWarning):
+    """A ledger line could not be read (corrupt JSON, not an object, no step) and was skipped."""
+
+
+@functools.lru_cache(maxsize=1)
+def _fingerprint() -> dict:
+    # Imported lazily and cached: the fingerprint imports torch and asks NVML once per process.
+    from labkit import env
+
+    return env.fingerprint()
+
+
+def machine_label(env: Mapping[str, Any] | None) -> str:
+    """Label of the machine a row ran on: the GPU name if any, else ``"CPU (<cpu model or host>)"``."""
+    env = env or {}
+    gpu = env.get("gpu")
+    if gpu and not _is_missing(gpu):
+        return str(gpu)
+    what = env.get("cpu") or env.get("host")
+    return f"CPU ({what})" if what and not _is_missing(what) else "CPU (unknown)"
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain-JSON copy: numpy scalars unwrapped, paths as strings, NaN/inf as null (strict JSON)."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalar
+        try:
+            value = value.item()
+        except (TypeError, ValueError):
+            return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def flatten(row: Mapping[str, Any]) -> dict:
+    """One flat dict per row: nested dicts become dotted keys, and ``metrics.`` loses its prefix.
+
+    ``{"config": {"batch_size": 4}, "metrics": {"fps": 9, "stage_ms": {"infer": 3}}}`` becomes
+    ``{"config.batch_size": 4, "fps": 9, "stage_ms.infer": 3}``: metrics are what tables and
+    charts use, so they get the short names; everything else keeps its section as a prefix
+    (``env.gpu``, ``paths.profile``). A metric whose short name collides with a top-level
+    field keeps its ``metrics.`` prefix. Lists stay as cell values.
+    """
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, Mapping) and value:
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif isinstance(value, Mapping):
+            return  # empty section: no column
+        else:
+            out[prefix] = value
+
+    for key, value in row.items():
+        if key == "metrics" and isinstance(value, Mapping):
+            for mk, mv in value.items():
+                name = mk if mk not in row else f"metrics.{mk}"
+                walk(name, mv)
+        else:
+            walk(key, value)
+    return out
+
+
+class Ledger:
+    """A JSON Lines results ledger at ``path`` (created with its folder on first append).
+
+    Example::
+
+        led = Ledger("reports/ledger.jsonl")
+        led.append({"step": "baseline", "config": {"batch_size": 1}, "metrics": {"fps": 41.0}})
+        led.read()[["step", "machine", "fps"]]
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"Ledger({str(self.path)!r})"
+
+    def append(self, record: Mapping[str, Any]) -> dict:
+        """Append one run; returns the row as written.
+
+        Fills ``schema``, ``time`` (UTC, ISO 8601) and ``env`` (``labkit.env.fingerprint()``,
+        computed once per process) where the record lacks them. Safe with concurrent writers.
+
+        Raises:
+            ValueError: the record has no non-empty ``step``.
+        """
+        if not isinstance(record, Mapping) or not record.get("step"):
+            raise ValueError("a ledger record needs a non-empty 'step' (e.g. {'step': 'baseline', ...})")
+        row: dict[str, Any] = {"schema": SCHEMA,
+                               "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")}
+        row.update(record)
+        if row.get("env") is None:
+            row["env"] = _fingerprint()
+        row = _jsonable(row)
+        data = (json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n").encode()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                size = os.fstat(fd).st_size
+                # A writer killed mid-line leaves no newline: start ours on a fresh line so
+                # only the broken line is lost, not ours too.
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    data = b"\n" + data
+                view = memoryview(data)
+                while view:  # one write in practice; the loop guards a short write
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+        return row
+
+    def rows(self) -> list[dict]:
+        """The rows as dicts, in file order, with ``ledger`` (file) and ``line`` (1-based) added.
+
+        Corrupt lines are skipped with a :class:`LedgerWarning` naming file and line. A missing
+        file is an empty ledger.
+        """
+        if not self.path.exists():
+            return []
+        rows = []
+        with open(self.path, "rb") as f:
+            # Shared lock: never read a row another process is half-way through writing.
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH)
+            try:
+                lines = f.read().split(b"\n")
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        for lineno, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+                problem = None if isinstance(row, dict) else f"a JSON {type(row).__name__}, not an object"
+                if problem is None and not row.get("step"):
+                    problem = "no 'step' field"
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                problem = f"not valid JSON: {exc}"
+            if problem:
+                warnings.warn(f"{self.path}:{lineno}: corrupt ledger line skipped ({problem})",
+                              LedgerWarning, stacklevel=3)
+                continue
+            if int(row.get("schema") or 0) > SCHEMA:
+                warnings.warn(f"{self.path}:{lineno}: row has schema {row['schema']}, newer than this "
+                              f"labkit ({SCHEMA}); upgrade labkit to read all its fields",
+                              LedgerWarning, stacklevel=3)
+            row["ledger"] = str(self.path)
+            row["line"] = lineno
+            rows.append(row)
+        return rows
+
+    def read(self) -> pd.DataFrame:
+        """The ledger as a DataFrame, one row per run in file order.
+
+        Returns:
+            DataFrame with :data:`BASE_COLUMNS` (``schema``, ``time``, ``step``, ``name``,
+            ``machine`` — derived from ``env``, see :func:`machine_label` —, ``ledger`` file,
+            ``line`` number) and one column per flattened field (see :func:`flatten`):
+            metrics by short name (``fps``, ``latency_p50_ms``, ``latency_p99_ms``, ``spread``,
+            ``stage_ms.<stage>``, ``map50``, ``mota``, ``idf1``, ``hota``), other sections
+            dotted (``config.batch_size``, ``env.gpu``, ``paths.profile``). ``time`` is a
+            UTC timestamp.
+        """
+        return frame_of(self.rows())
+
+
+def frame_of(rows: list[Mapping[str, Any]]) -> pd.DataFrame:
+    """Flattened DataFrame of ledger rows (as from :meth:`Ledger.rows`); see :meth:`Ledger.read`."""
+    flat = []
+    for row in rows:
+        f = flatten(row)
+        f.setdefault("name", None)
+        f["machine"] = machine_label(row.get("env"))
+        flat.append(f)
+    df = pd.DataFrame(flat)
+    for col in BASE_COLUMNS:
+        if col not in df.columns:
+            df[col] = pd.Series(dtype=object)
+    df["time"] = pd.to_datetime(df["time"], utc=True, errors="coerce", format="ISO8601")
+    rest = [c for c in df.columns if c not in BASE_COLUMNS]
+    return df[BASE_COLUMNS + rest].reset_index(drop=True)

@@ -1,0 +1,78 @@
+"""bench against the real application, source_code/detect_video.py, on a generated clip (CPU).
+
+Small mode: a 2 s 640x360 clip, 8 frames at a 192x320 network input; about 4 s per run on
+2 CPU cores.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit import bench, speedup_table
+from labkit.ledger import Ledger
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "source_code" / "detect_video.py"
+pytestmark = pytest.mark.skipif(not APP.exists(), reason=f"{APP.relative_to(ROOT)} does not exist yet")
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    out = tmp_path_factory.mktemp("clip") / "clip.mp4"
+    subprocess.run([sys.executable, str(ROOT / "source_code" / "make_video.py"), "--out", str(out),
+                    "--seconds", "2", "--seed", "7", "--width", "640", "--height", "360"],
+                   check=True, capture_output=True, cwd=ROOT)
+    return out
+
+
+def _command(clip, *extra):
+    return [sys.executable, str(APP), "--input", str(clip), "--frames", "8", "--device", "cpu", "--no-osd",
+            "--input-hw", "192x320", "--batch-size", "2", *extra]
+
+
+def test_run_real_app_into_ledger(clip, tmp_path):
+    led = Ledger(tmp_path / "ledger.jsonl")
+    r = bench.run(_command(clip), step="baseline", repeats=2, warmup=2, results_dir=tmp_path / "results",
+                  ledger=led, progress=False, timeout=300)
+    assert r.ok, r.flags
+    assert len(r.repeats) == 2 and (r.repeats["status"] == "ok").all()
+    assert (r.repeats["fps"] > 0).all() and r.fps == pytest.approx(r.repeats["fps"].median())
+    assert 0 <= r.spread < 2
+    assert 0 < r.latency_p50_ms <= r.latency_p99_ms
+    # the app's own stage names, in ms per frame
+    assert {"stage_ms.decode", "stage_ms.preprocess", "stage_ms.infer", "stage_ms.postprocess",
+            "stage_ms.track"} <= set(r.metrics)
+    assert r.metrics["stage_ms.infer"] > 0
+    for p in r.results_paths:
+        doc = json.loads(p.read_text())
+        assert doc["status"] == "ok" and doc["warmup_frames"] >= 2 and doc["frames"] == 8
+    df = led.read()
+    assert df["step"].tolist() == ["baseline"]
+    assert df.loc[0, "config.batch_size"] == 2 and df.loc[0, "config.device"] == "cpu"
+    assert df.loc[0, "fps"] == pytest.approx(r.fps)
+    for acc in ("map50", "mota", "idf1", "hota"):
+        assert acc in df.columns
+    assert speedup_table(led.path).speedup.iloc[0, 0] == 1.0
+
+
+def test_real_app_failure_shows_its_stderr(tmp_path):
+    with pytest.raises(bench.BenchError) as info:
+        bench.run(_command(tmp_path / "missing.mp4"), step="broken", repeats=1, results_dir=tmp_path,
+                  progress=False, timeout=120)
+    msg = str(info.value)
+    assert "the application exited with status" in msg
+    assert "detect_video: error:" in msg and "missing.mp4" in msg
+
+
+def test_run_parallel_real_app(clip, tmp_path):
+    r = bench.run_parallel(_command(clip), processes=2, step="np2", warmup=2, results_dir=tmp_path,
+                           progress=False, timeout=300)
+    assert r.ok, r.flags
+    assert len(r.repeats) == 2
+    assert r.fps == pytest.approx(r.repeats["fps"].sum())
+    assert r.metrics["frames"] == 16
+    assert 0 < r.metrics["fps_wall"] < r.fps  # start-up and warm-up are inside the wall time

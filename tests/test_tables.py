@@ -1,0 +1,128 @@
+"""Speed-up tables: equal to hand computation on a small hand-written ledger."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from labkit import speedup_table
+from labkit.ledger import Ledger
+from labkit.tables import SpeedupTableError, SpeedupWarning, cli_table
+
+H100 = {"gpu": "NVIDIA H100 80GB HBM3", "cpu": "AMD EPYC 7B13", "host": "gpu1"}
+XEON = {"gpu": None, "cpu": "Intel(R) Xeon(R) Processor", "host": "vm"}
+CPU_LABEL = "CPU (Intel(R) Xeon(R) Processor)"
+GPU_LABEL = "NVIDIA H100 80GB HBM3"
+
+
+def _row(step, env, time, fps, p50, map50=None, mota=None):
+    return {"step": step, "env": env, "time": time,
+            "metrics": {"fps": fps, "latency_p50_ms": p50, "map50": map50, "mota": mota}}
+
+
+@pytest.fixture
+def reports(tmp_path):
+    """reports/ledger.jsonl (this CPU) and reports/reference/h100/ledger.jsonl, hand-chosen numbers."""
+    cpu = Ledger(tmp_path / "ledger.jsonl")
+    cpu.append(_row("baseline", XEON, "2026-11-23T01:00:00+00:00", 8.0, 125.0, 0.80, 0.70))
+    cpu.append(_row("batching", XEON, "2026-11-23T01:10:00+00:00", 10.0, 100.0, 0.80, 0.70))
+    gpu = Ledger(tmp_path / "reference" / "h100" / "ledger.jsonl")
+    gpu.append(_row("baseline", H100, "2026-11-22T10:00:00+00:00", 40.0, 25.0, 0.80, 0.70))   # superseded
+    gpu.append(_row("batching", H100, "2026-11-22T10:05:00+00:00", 150.0, 8.0, 0.80, 0.70))
+    gpu.append(_row("fp16", H100, "2026-11-22T10:10:00+00:00", 400.0, 4.0, 0.79, 0.69))
+    gpu.append(_row("baseline", H100, "2026-11-22T11:00:00+00:00", 50.0, 20.0, 0.81, 0.71))   # latest
+    return tmp_path
+
+
+def test_fps_speedup_by_hand(reports, recwarn):
+    t = speedup_table(reports)
+    assert t.machines == [CPU_LABEL, GPU_LABEL]  # reports/ledger.jsonl sorts before reference/
+    assert list(t.speedup.index) == ["baseline", "batching", "fp16"]
+    # CPU: 8 -> 10 = 10/8 = 1.25; H100 (latest baseline 50, not 40): 150/50 = 3, 400/50 = 8
+    expected = pd.DataFrame({CPU_LABEL: [1.0, 1.25, math.nan], GPU_LABEL: [1.0, 3.0, 8.0]},
+                            index=pd.Index(["baseline", "batching", "fp16"], name="step"))
+    pd.testing.assert_frame_equal(t.speedup, expected)
+    assert t.values[GPU_LABEL].tolist() == [50.0, 150.0, 400.0]
+    assert t.values[CPU_LABEL].tolist()[:2] == [8.0, 10.0]
+    assert t.accuracy[f"map50 ({GPU_LABEL})"].tolist() == [0.81, 0.80, 0.79]
+    assert t.accuracy[f"mota ({CPU_LABEL})"].tolist()[:2] == [0.70, 0.70]
+    assert list(t.frame.columns) == [
+        f"speed-up ({CPU_LABEL})", f"speed-up ({GPU_LABEL})", f"fps ({CPU_LABEL})", f"fps ({GPU_LABEL})",
+        f"map50 ({CPU_LABEL})", f"map50 ({GPU_LABEL})", f"mota ({CPU_LABEL})", f"mota ({GPU_LABEL})"]
+    assert not [w for w in recwarn if issubclass(w.category, SpeedupWarning)]
+
+
+def test_latency_speedup_is_inverted(reports):
+    t = speedup_table(reports / "reference" / "h100" / "ledger.jsonl", metric="latency_p50_ms")
+    # lower is better: baseline/latency = 20/20, 20/8, 20/4
+    assert t.speedup[GPU_LABEL].tolist() == [1.0, 2.5, 5.0]
+    assert t.machines == [GPU_LABEL]
+
+
+def test_dataframe_source_and_machine_selection(reports):
+    df = Ledger(reports / "reference" / "h100" / "ledger.jsonl").read()
+    assert speedup_table(df).speedup[GPU_LABEL].tolist() == [1.0, 3.0, 8.0]
+    t = speedup_table(reports, machines=[GPU_LABEL, CPU_LABEL])
+    assert t.machines == [GPU_LABEL, CPU_LABEL]
+    with pytest.raises(SpeedupTableError, match="not in the ledger"):
+        speedup_table(reports, machines=["A100"])
+
+
+def test_markdown(reports):
+    md = speedup_table(reports, machines=[GPU_LABEL]).to_markdown().splitlines()
+    assert [c.strip() for c in md[0].split("|")[1:-1]] == [
+        "step", f"speed-up ({GPU_LABEL})", f"fps ({GPU_LABEL})", f"map50 ({GPU_LABEL})", f"mota ({GPU_LABEL})"]
+    assert md[1].startswith("|:") and md[1].endswith(":|")  # step left, numbers right-aligned
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in md[2:]]
+    assert cells == [["baseline", "1.00x", "50.0", "0.810", "0.710"],
+                     ["batching", "3.00x", "150.0", "0.800", "0.700"],
+                     ["fp16", "8.00x", "400.0", "0.790", "0.690"]]
+    html = speedup_table(reports)._repr_html_()
+    assert "<table" in html and "8.00x" in html and "—" in html
+
+
+def test_machine_without_baseline_is_nan_with_warning(tmp_path):
+    led = Ledger(tmp_path / "ledger.jsonl")
+    led.append(_row("baseline", H100, "2026-11-22T10:00:00+00:00", 50.0, 20.0))
+    led.append(_row("fp16", H100, "2026-11-22T10:01:00+00:00", 100.0, 10.0))
+    led.append(_row("fp16", XEON, "2026-11-22T10:02:00+00:00", 5.0, 200.0))
+    with pytest.warns(SpeedupWarning, match=r"machine 'CPU \(Intel\(R\) Xeon\(R\) Processor\)' has no 'baseline' row"):
+        t = speedup_table(led.path)
+    assert t.speedup[GPU_LABEL].tolist() == [1.0, 2.0]
+    assert t.speedup[CPU_LABEL].isna().all()
+
+
+def test_no_baseline_anywhere_is_an_error(tmp_path):
+    led = Ledger(tmp_path / "ledger.jsonl")
+    led.append(_row("fp16", H100, "2026-11-22T10:01:00+00:00", 100.0, 10.0))
+    with pytest.raises(SpeedupTableError, match="no machine has a 'fps' row for baseline step 'baseline'"):
+        speedup_table(led.path)
+    with pytest.raises(SpeedupTableError, match="no column"):
+        speedup_table(led.path, metric="hota")
+
+
+def test_missing_sources_are_clear(tmp_path):
+    with pytest.raises(SpeedupTableError, match="does not exist"):
+        speedup_table(tmp_path / "nope.jsonl")
+    with pytest.raises(SpeedupTableError, match="no ledger.jsonl under"):
+        speedup_table(tmp_path)
+
+
+def test_cli_table(reports, capsys):
+    out_md = reports / "speedup.md"
+    assert cli_table([str(reports), "--output", str(out_md)]) == 0
+    printed = capsys.readouterr().out
+    assert "8.00x" in printed and "1.25x" in printed
+    assert out_md.read_text() == printed
+    assert cli_table([str(reports), "--baseline", "nope"]) == 1
+    assert "baseline step 'nope'" in capsys.readouterr().err
+
+
+def test_cli_table_through_main(reports):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "labkit", "table", str(reports), "--metric", "latency_p50_ms"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "2.50x" in out and "5.00x" in out and "1.25x" in out
