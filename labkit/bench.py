@@ -57,7 +57,11 @@ STAGE_FIELDS = ("stages", "stage_ms", "metrics.stage_ms")
 HEADLINE = ("fps", "latency_p50_ms", "latency_p99_ms")
 """Metrics whose spread across repeats is reported."""
 
-_REPORTS = os.environ.get("LABKIT_REPORTS", "reports")
+
+
+def _reports(sub: str, given) -> Path:
+    # Read at call time, so a notebook may set LABKIT_REPORTS after importing labkit.
+    return Path(given) if given is not None else Path(os.environ.get("LABKIT_REPORTS", "reports")) / sub
 
 
 class BenchError(LabkitError):
@@ -291,16 +295,17 @@ class Result:
 
     def __str__(self) -> str:
         flag = "" if self.ok else f"  FLAGGED: {'; '.join(self.flags)}"
-        return (f"{self.step} ({self.name}): {self.fps:.1f} frames/s median of {int((~self.repeats['profiled']).sum())}"
-                f" runs, spread {self.spread:.1%}, latency p50 {self.latency_p50_ms:.1f} ms, "
-                f"p99 {self.latency_p99_ms:.1f} ms{flag}")
+        how = (f"summed over {self.metrics['processes']} processes" if "processes" in self.metrics
+               else f"median of {self.metrics.get('repeats')} runs")
+        return (f"{self.step} ({self.name}): {self.fps:.1f} frames/s {how}, spread {self.spread:.1%}, "
+                f"latency p50 {self.latency_p50_ms:.1f} ms, p99 {self.latency_p99_ms:.1f} ms{flag}")
 
 
 def _summarize(rows: pd.DataFrame) -> dict:
     measured = rows[~rows["profiled"]] if (~rows["profiled"]).any() else rows
     metrics: dict[str, Any] = {}
     for col in measured.columns:
-        if col in {"repeat", "profiled", "status", "results", "log", "wall_s", "pid"}:
+        if col in {"repeat", "profiled", "status", "results", "log", "wall_s"}:
             continue
         if pd.api.types.is_numeric_dtype(measured[col]):
             metrics[col] = _median(measured[col])
@@ -347,11 +352,12 @@ def _prepare(command, warmup) -> list[str]:
     return cmd
 
 
-def _check_exit(proc_rc: int, argv: list[str], log: Path, step: str, what: str, stderr: str) -> None:
+def _check_exit(proc_rc: int, argv: list[str], log: Path, step: str, what: str, output: str,
+                stream: str = "stderr") -> None:
     if proc_rc != 0:
         raise BenchError(f"benchmark {step!r}, {what}: the application exited with status {proc_rc}.\n"
-                         f"command: {shlex.join(argv)}\nlast lines of its stderr (full output: {log}):\n"
-                         f"{_tail(stderr) or '(empty)'}")
+                         f"command: {shlex.join(argv)}\nlast lines of its {stream} (full output: {log}):\n"
+                         f"{_tail(output) or '(empty)'}")
 
 
 def _row(repeat: int, profiled: bool, results: Path, log: Path, wall_s: float) -> dict:
@@ -407,8 +413,8 @@ def _run_profiled(cmd: list[str], *, name: str, step: str, results_dir: Path, pr
 
 
 def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile: bool = False,
-        ledger=None, results_dir: str | os.PathLike = f"{_REPORTS}/results",
-        profile_dir: str | os.PathLike = f"{_REPORTS}/profiles", env: Mapping[str, str] | None = None,
+        ledger=None, results_dir: str | os.PathLike | None = None,
+        profile_dir: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
         timeout: float | None = None, name: str | None = None, progress: bool = True) -> Result:
     """Run the application ``repeats`` times and summarize (medians, spread).
 
@@ -423,7 +429,9 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
             ``profile_dir/<name>.nsys-rep``; that run is kept in ``repeats`` with
             ``profiled=True`` but left out of the medians (tracing costs time).
         ledger: a :class:`~labkit.ledger.Ledger` or path to append the result's row to.
-        results_dir: where each run's ``<name>.rN.json`` and ``<name>.rN.log`` go.
+        results_dir: where each run's ``<name>.rN.json`` and ``<name>.rN.log`` go (default
+            ``$LABKIT_REPORTS/results``, ``$LABKIT_REPORTS`` defaulting to ``reports``).
+        profile_dir: where the profiled run's report goes (default ``$LABKIT_REPORTS/profiles``).
         env: extra environment variables for the application.
         timeout: seconds allowed per run.
         name: file-name stem (default ``<step>-<YYYYmmdd-HHMMSS>``, so nothing is overwritten).
@@ -440,7 +448,7 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
         raise ValueError("repeats must be at least 1")
     cmd = _prepare(command, warmup)
     name = _safe(name or f"{step}-{_stamp()}")
-    results_dir = Path(results_dir)
+    results_dir = _reports("results", results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     run_env = _env(env)
     rows = []
@@ -449,7 +457,7 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
     with _progress(total, f"bench {step}", progress) as bar:
         if profile:
             profile_path, row = _run_profiled(cmd, name=name, step=step, results_dir=results_dir,
-                                              profile_dir=Path(profile_dir), env=env, progress=progress)
+                                              profile_dir=_reports("profiles", profile_dir), env=env, progress=progress)
             rows.append(row)
             bar.update()
         for i in range(1, repeats + 1):
@@ -502,7 +510,7 @@ def _iter(values, desc, enabled):
 
 
 def run_parallel(command, *, processes: int, step: str, warmup: int | None = 5, ledger=None,
-                 results_dir: str | os.PathLike = f"{_REPORTS}/results", env: Mapping[str, str] | None = None,
+                 results_dir: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
                  timeout: float | None = None, name: str | None = None, progress: bool = True) -> Result:
     """Run ``processes`` copies of the application at once and aggregate their throughput.
 
@@ -522,7 +530,7 @@ def run_parallel(command, *, processes: int, step: str, warmup: int | None = 5, 
         raise ValueError("processes must be at least 1")
     cmd = _prepare(command, warmup)
     name = _safe(name or f"{step}-np{processes}-{_stamp()}")
-    results_dir = Path(results_dir)
+    results_dir = _reports("results", results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     run_env = _env(env)
     procs = []
@@ -546,7 +554,7 @@ def run_parallel(command, *, processes: int, step: str, warmup: int | None = 5, 
                     bar.update()
                     if p.returncode != 0:
                         _check_exit(p.returncode, argv, log, step, f"process {i} of {processes}",
-                                    log.read_text(errors="replace"))
+                                    log.read_text(errors="replace"), stream="output")
                 if timeout is not None and time.perf_counter() - t0 > timeout:
                     raise BenchError(f"benchmark {step!r}: {processes - len(walls)} of {processes} processes still "
                                      f"running after timeout={timeout} s and were killed; pass a larger timeout=")
@@ -557,7 +565,7 @@ def run_parallel(command, *, processes: int, step: str, warmup: int | None = 5, 
                 p.kill()
                 p.wait()
             logf.close()
-    wall = time.perf_counter() - t0
+    wall = max(walls.values())  # until the last process exited
     frame = pd.DataFrame([_row(i, False, res, log, walls[i]) for i, (_, res, log, _, _) in enumerate(procs, 1)])
     flags = _flags(frame)
     _warn_flags(step, flags)

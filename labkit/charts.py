@@ -51,7 +51,8 @@ def speedup_bars(table: SpeedupTable, *, title: str | None = None):
                 ax.annotate(f"{v:.2g}x" if v < 10 else f"{v:.0f}x", (bar.get_x() + bar.get_width() / 2, v),
                             ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
     ax.axhline(1.0, color="0.3", lw=1, ls="--")
-    ax.set_xticks(range(len(steps)), steps, rotation=20 if len(steps) > 4 else 0, ha="right" if len(steps) > 4 else "center")
+    crowded = len(steps) > 4  # slant long step names so they do not overlap
+    ax.set_xticks(range(len(steps)), steps, rotation=20 if crowded else 0, ha="right" if crowded else "center")
     ax.set_ylabel(f"speed-up over {table.baseline!r} ({table.metric})")
     ax.set_title(title or f"Speed-up per step ({table.metric})")
     ax.margins(y=0.12)

@@ -11,8 +11,10 @@ Rules:
 
 - Steps keep the order in which they first appear (ledger files in sorted path order, lines in
   file order); machines likewise, unless ``machines=`` names them.
-- When a step ran several times on one machine, the **latest** row counts: greatest ``time``,
-  ties going to the later line. Earlier rows stay in the ledger for history.
+- When a step ran several times on one machine, the **latest** row that has the metric counts:
+  greatest ``time``, ties going to the later line. Earlier rows stay in the ledger for history.
+- Rows whose ``status`` is not ``"ok"`` (bench flags runs whose results file was not ok) are
+  left out with a :class:`SpeedupWarning`; rows without a status count.
 - Speed-up is ``metric / baseline`` for throughput (``fps``) and ``baseline / metric`` for
   metrics where lower is better (names containing ``latency`` or ending in ``_ms``), so a
   speed-up above 1 is always an improvement.
@@ -22,7 +24,6 @@ Rules:
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import warnings
@@ -117,13 +118,11 @@ class SpeedupTable:
         return pd.concat([sp, val, self.accuracy], axis=1)
 
     def _formatted(self) -> pd.DataFrame:
-        def fmt(spec):
-            return lambda v: "—" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
-
-        out = self.frame.astype(object)
-        for col in out.columns:
-            spec = ".2f" if col.startswith("speed-up") else ".3f" if col in self.accuracy.columns else ".1f"
-            out[col] = [fmt(spec)(v) + ("x" if spec == ".2f" and v == v else "") for v in self.frame[col]]
+        frame = self.frame
+        out = pd.DataFrame(index=frame.index)
+        for col in frame.columns:
+            spec = "{:.2f}x" if col.startswith("speed-up") else "{:.3f}" if col in self.accuracy.columns else "{:.1f}"
+            out[col] = ["—" if pd.isna(v) else spec.format(v) for v in frame[col]]
         return out
 
     def to_markdown(self) -> str:
@@ -177,6 +176,12 @@ def speedup_table(source, *, baseline: str = "baseline", metric: str = "fps",
     if missing:
         known = sorted(c for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and c not in {"schema", "line"})
         raise SpeedupTableError(f"ledger has no column(s) {sorted(missing)}; numeric columns there: {known}")
+    if "status" in df.columns:
+        bad = df["status"].notna() & (df["status"] != "ok")
+        if bad.any():
+            where = ", ".join(f"{r.step} on {r.machine}" for r in df[bad].itertuples())
+            warnings.warn(f"{int(bad.sum())} flagged ledger row(s) left out ({where})", SpeedupWarning, stacklevel=2)
+            df = df[~bad]
     df = df[df[metric].notna()]
     if df.empty:
         raise SpeedupTableError(f"no ledger row has a value for {metric!r}")

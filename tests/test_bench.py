@@ -145,6 +145,7 @@ def test_run_parallel_aggregates_throughput(app, tmp_path):
     assert r.metrics["wall_s"] < 1.4
     assert r.metrics["fps_wall"] == pytest.approx(60.0 / r.metrics["wall_s"])
     assert r.config["processes"] == 3 and r.spread == 0.0
+    assert "30.0 frames/s summed over 3 processes" in str(r)
 
 
 def test_run_parallel_failure_names_the_process(app, tmp_path):

@@ -126,3 +126,13 @@ def test_cli_table_through_main(reports):
     out = subprocess.run([sys.executable, "-m", "labkit", "table", str(reports), "--metric", "latency_p50_ms"],
                          capture_output=True, text=True, check=True).stdout
     assert "2.50x" in out and "5.00x" in out and "1.25x" in out
+
+
+def test_flagged_rows_are_left_out_with_a_warning(tmp_path):
+    led = Ledger(tmp_path / "ledger.jsonl")
+    led.append(_row("baseline", H100, "2026-11-22T10:00:00+00:00", 50.0, 20.0))
+    led.append(_row("fp16", H100, "2026-11-22T10:01:00+00:00", 100.0, 10.0))
+    led.append({**_row("fp16", H100, "2026-11-22T10:02:00+00:00", 5.0, 200.0), "status": "flagged"})
+    with pytest.warns(SpeedupWarning, match=r"1 flagged ledger row\(s\) left out \(fp16 on NVIDIA H100 80GB HBM3\)"):
+        t = speedup_table(led.path)
+    assert t.speedup[GPU_LABEL].tolist() == [1.0, 2.0]  # the earlier, ok fp16 row
