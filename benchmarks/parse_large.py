@@ -11,10 +11,15 @@ Then times ``load_report`` + ``nvtx_summary`` + ``kernel_summary`` + ``gpu_proje
 
     python benchmarks/parse_large.py [--copies 4000] [--out reports/bench/large.sqlite]
         [--rebuild] [--no-nsys] [--nsys-timeout 600]
+
+Seen on the 2-core CPU box (2026-11-23, nsys 2022.4.2.1): labkit 5.9 s in all (load 1.4,
+nvtx_summary 0.1, kernel_summary 1.2, gpu_projection 3.2); nsys stats nvtxsum 0.3 s,
+gpukernsum 2.5 s, gpumemtimesum 0.3 s, nvtxgpuproj not finished after 240 s.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -87,21 +92,45 @@ def count(path: Path) -> dict:
     return out
 
 
+def agreement(rep, csvs: dict) -> str:
+    """Do labkit's nvtx and kernel summaries equal nsys's on this file (counts and totals)?"""
+    said = []
+    nv = csvs.get("nvtxsum", csvs.get("nvtx_sum"))
+    if nv is not None:
+        ours = rep.nvtx_summary()
+        same = (list(ours["instances"]) == list(nv["Instances"])
+                and list(ours["total_ns"]) == list(nv["Total Time (ns)"]))
+        said.append(f"nvtx summary {'equal' if same else 'DIFFERENT'}")
+    ks = csvs.get("gpukernsum", csvs.get("cuda_gpu_kern_sum"))
+    if ks is not None:
+        theirs = ks.groupby("Name")[["Instances", "Total Time (ns)"]].sum()
+        ours = rep.kernel_summary().set_index("name")
+        same = (sorted(ours.index) == sorted(theirs.index)
+                and (ours.loc[theirs.index, "instances"] == theirs["Instances"]).all()
+                and (ours.loc[theirs.index, "total_ns"] == theirs["Total Time (ns)"]).all())
+        said.append(f"kernel summary {'equal' if same else 'DIFFERENT'}")
+    return ", ".join(said) or "nothing to compare"
+
+
 def time_labkit(path: Path) -> dict:
+    """Wall and CPU seconds of each step (CPU time is the fairer figure on a shared, busy box)."""
     from labkit.report import load_report
 
-    t = {}
-    t0 = time.perf_counter()
+    t, cpu = {}, {}
+    w0, c0 = time.perf_counter(), time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         rep = load_report(path)
-    t["load_report"] = time.perf_counter() - t0
+    t["load_report"], cpu["load_report"] = time.perf_counter() - w0, time.process_time() - c0
     for name in ("nvtx_summary", "kernel_summary", "gpu_projection"):
-        t1 = time.perf_counter()
+        w1, c1 = time.perf_counter(), time.process_time()
         df = getattr(rep, name)()
-        t[name] = time.perf_counter() - t1
+        t[name], cpu[name] = time.perf_counter() - w1, time.process_time() - c1
         t[f"{name}_rows"] = len(df)
-    t["total"] = t["load_report"] + t["nvtx_summary"] + t["kernel_summary"] + t["gpu_projection"]
+    t["total"] = time.perf_counter() - w0
+    cpu["total"] = time.process_time() - c0
+    t["cpu"] = cpu
+    t["report"] = rep
     return t
 
 
@@ -115,7 +144,7 @@ def time_nsys(path: Path, timeout: int) -> dict:
     old = ver.startswith("2022") or ver.startswith("2021")
     reports = ["nvtxsum", "gpukernsum", "gpumemtimesum", "nvtxgpuproj"] if old else \
         ["nvtx_sum", "cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "nvtx_gpu_proj_trace"]
-    res = {"nsys": ver}
+    res = {"nsys": ver, "csv": {}}
     with tempfile.TemporaryDirectory() as td:
         work = Path(td) / path.name  # nsys stats may add its own tables: never touch the original
         shutil.copyfile(path, work)
@@ -126,6 +155,11 @@ def time_nsys(path: Path, timeout: int) -> dict:
                                     str(work)], capture_output=True, text=True, timeout=timeout)
                 ok = p.returncode == 0
                 res[r] = time.perf_counter() - t0 if ok else f"failed ({p.returncode}): {p.stderr.strip()[-200:]}"
+                out = Path(td) / f"o_{r}.csv"
+                if ok and out.exists():
+                    import pandas as pd
+
+                    res["csv"][r] = pd.read_csv(out)
             except subprocess.TimeoutExpired:
                 res[r] = f"did not finish in {timeout} s"
     return res
@@ -144,16 +178,24 @@ def main(argv=None) -> int:
         build(args.out, args.copies)
         print(f"built {args.out} in {time.perf_counter() - t0:.1f} s")
     n = count(args.out)
-    print(f"file: {args.out} ({args.out.stat().st_size / 2**20:.0f} MiB): " + ", ".join(f"{k} {v:,}" for k, v in n.items()))
+    sizes = ", ".join(f"{k} {v:,}" for k, v in n.items())
+    print(f"file: {args.out} ({args.out.stat().st_size / 2**20:.0f} MiB): {sizes}")
     t = time_labkit(args.out)
-    print("labkit: " + ", ".join(f"{k} {v:.2f} s" for k, v in t.items() if not k.endswith("_rows")))
+    cpu = t.pop("cpu")
+    rep = t.pop("report")
+    print("labkit wall: " + ", ".join(f"{k} {v:.2f} s" for k, v in t.items() if not k.endswith("_rows")))
+    print("labkit cpu:  " + ", ".join(f"{k} {v:.2f} s" for k, v in cpu.items()))
     print(f"        rows: nvtx_summary {t['nvtx_summary_rows']}, kernel_summary {t['kernel_summary_rows']}, "
           f"gpu_projection {t['gpu_projection_rows']:,}")
-    print(f"        target < 10 s: {'met' if t['total'] < 10 else 'MISSED'} ({t['total']:.2f} s)")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"        target < 10 s: {'met' if t['total'] < 10 else 'MISSED'} (wall {t['total']:.2f} s, "
+          f"cpu {cpu['total']:.2f} s, {os.cpu_count()} cores, load average {load:.1f})")
     if not args.no_nsys:
         r = time_nsys(args.out, args.nsys_timeout)
+        csvs = r.pop("csv")
         print(f"nsys stats ({r.pop('nsys', '?')}) on the same file: "
               + ", ".join(f"{k} {v:.1f} s" if isinstance(v, float) else f"{k}: {v}" for k, v in r.items()))
+        print(f"agreement with nsys stats: {agreement(rep, csvs)}")
     return 0
 
 

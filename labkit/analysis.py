@@ -35,33 +35,33 @@ WAIT_WORDS = ("wait", "idle", "queue", "sleep", "sync")
 
 
 # ----------------------------------------------------------------------------- projection
-def _launches(rep) -> pd.DataFrame:
-    """One row per CUDA API call that launched GPU work: global_tid, call start/end, first op
-    start, last op end (ops joined to calls by process and correlation id)."""
+def _launches(rep) -> dict[str, np.ndarray]:
+    """One entry per CUDA API call that launched GPU work: global_tid, call start/end, first op
+    start, last op end (ops joined to calls by process and correlation id), sorted by
+    (global_tid, call start). Pure numpy: sort + reduceat + searchsorted."""
     ops = rep._gpu_core()
     api = rep._api_core()
-    cols = ["global_tid", "call_start", "call_end", "op_start", "op_end"]
-    if len(ops) == 0 or len(api) == 0:
-        return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
-    okey = (ops["pid"].to_numpy() << 32) | (ops["correlation_id"].to_numpy() & 0xFFFFFFFF)
-    g = pd.DataFrame({"k": okey, "s": ops["start_ns"].to_numpy(), "e": ops["end_ns"].to_numpy()})
-    agg = g.groupby("k", sort=True).agg(s=("s", "min"), e=("e", "max"))
-    akey = (api["pid"].to_numpy() << 32) | (api["correlation_id"].to_numpy() & 0xFFFFFFFF)
+    empty = {c: np.empty(0, dtype=np.int64) for c in ("global_tid", "call_start", "call_end", "op_start", "op_end")}
+    if len(ops["start_ns"]) == 0 or len(api["start_ns"]) == 0:
+        return empty
+    okey = (ops["pid"] << 32) | (ops["correlation_id"] & 0xFFFFFFFF)
+    o = np.argsort(okey, kind="stable")
+    ok = okey[o]
+    first = np.flatnonzero(np.r_[True, ok[1:] != ok[:-1]])
+    keys = ok[first]
+    op_s = np.minimum.reduceat(ops["start_ns"][o], first)
+    op_e = np.maximum.reduceat(ops["end_ns"][o], first)
+    akey = (api["pid"] << 32) | (api["correlation_id"] & 0xFFFFFFFF)
     order = np.argsort(akey, kind="stable")
     sk = akey[order]
-    keys = agg.index.to_numpy()
-    pos = np.searchsorted(sk, keys)
-    pos_c = np.minimum(pos, len(sk) - 1)
-    found = sk[pos_c] == keys
-    rows = order[pos_c[found]]
-    out = pd.DataFrame({
-        "global_tid": api["global_tid"].to_numpy()[rows],
-        "call_start": api["start_ns"].to_numpy()[rows],
-        "call_end": api["end_ns"].to_numpy()[rows],
-        "op_start": agg["s"].to_numpy()[found],
-        "op_end": agg["e"].to_numpy()[found],
-    })
-    return out.sort_values(["global_tid", "call_start"], kind="stable", ignore_index=True)
+    pos = np.minimum(np.searchsorted(sk, keys), len(sk) - 1)
+    found = sk[pos] == keys
+    rows = order[pos[found]]
+    g = api["global_tid"][rows]
+    cs = api["start_ns"][rows]
+    srt = np.lexsort((cs, g))
+    return {"global_tid": g[srt], "call_start": cs[srt], "call_end": api["end_ns"][rows][srt],
+            "op_start": op_s[found][srt], "op_end": op_e[found][srt]}
 
 
 def project_ranges(rep) -> pd.DataFrame:
@@ -75,14 +75,12 @@ def project_ranges(rep) -> pd.DataFrame:
         egt = nv["end_global_tid"].to_numpy()
         sel &= (egt < 0) | (egt == nv["global_tid"].to_numpy())
     ridx = np.flatnonzero(sel)
-    if len(calls) == 0 or len(ridx) == 0:
+    if len(calls["global_tid"]) == 0 or len(ridx) == 0:
         return _empty(PROJECTION_COLUMNS)
     r_g = nv["global_tid"].to_numpy()[ridx]
     r_s = nv["start_ns"].to_numpy()[ridx]
     r_e = nv["end_ns"].to_numpy()[ridx]
-    c_g = calls["global_tid"].to_numpy()
-    c_s = calls["call_start"].to_numpy()
-    c_e = calls["call_end"].to_numpy()
+    c_g, c_s, c_e = calls["global_tid"], calls["call_start"], calls["call_end"]
     lo = np.zeros(len(ridx), dtype=np.int64)
     hi = np.zeros(len(ridx), dtype=np.int64)
     # calls of a thread are sequential: those inside [start, end] are one contiguous slice
@@ -101,8 +99,8 @@ def project_ranges(rep) -> pd.DataFrame:
     lo, hi, n_ops, ridx = lo[keep], hi[keep], n_ops[keep], ridx[keep]
     if len(ridx) == 0:
         return _empty(PROJECTION_COLUMNS)
-    op_s = np.append(calls["op_start"].to_numpy(), 0)
-    op_e = np.append(calls["op_end"].to_numpy(), 0)
+    op_s = np.append(calls["op_start"], 0)
+    op_e = np.append(calls["op_end"], 0)
     idx = np.empty(2 * len(lo), dtype=np.int64)
     idx[0::2], idx[1::2] = lo, hi
     p_s = np.minimum.reduceat(op_s, idx)[0::2]
@@ -133,6 +131,17 @@ def _items_per_range(nv: pd.DataFrame) -> np.ndarray:
     return items
 
 
+def _warmup_mask(nv: pd.DataFrame, warmup: int) -> np.ndarray:
+    """True for rows of warm-up batches: payload below ``warmup``, or nested in such a range."""
+    pay = nv["payload"].astype("float64").to_numpy()
+    warm = ~np.isnan(pay) & (pay < warmup)
+    parent = nv["parent"].to_numpy()
+    for _ in range(int(nv["depth"].max()) if len(nv) else 0):  # one level per pass, vectorized
+        has = parent >= 0
+        warm[has] |= warm[parent[has]]
+    return warm
+
+
 def _wall_ns(rep) -> int:
     nv = rep.nvtx
     if len(nv):
@@ -145,18 +154,20 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
 
     Args:
         stages: range names to include, in this order (default: all, by CPU time).
-        warmup: instances whose payload (batch index) is below this are left out.
+        warmup: instances whose payload (batch index) is below this are left out, with every
+            range nested inside them.
     Returns: stage, instances, items, cpu_ms, cpu_ms_per_instance, cpu_ms_per_item, gpu_ms
         (projected: first to last GPU op launched inside each instance, summed), gpu_ms_per_item,
-        wall_share (cpu_ms over the NVTX wall span; above 1 when threads overlap), threads.
+        wall_share (cpu_ms over the wall span of the push/pop ranges kept after the warm-up
+        filter; above 1 when threads overlap), threads.
     """
     nv = rep.nvtx
     items = _items_per_range(nv)
     r = nv.assign(items=items)
-    r = r[r["kind"] == "push_pop"]
     if warmup:
-        pay = r["payload"]
-        r = r[~(pay.notna() & (pay.astype("float64") < warmup))]
+        r = r[~_warmup_mask(nv, warmup)]
+    r = r[r["kind"] == "push_pop"]
+    wall_ns = int(r["end_ns"].max() - r["start_ns"].min()) if len(r) else 0
     if stages is not None:
         r = r[r["name"].isin(list(stages))]
     cols = ["stage", "instances", "items", "cpu_ms", "cpu_ms_per_instance", "cpu_ms_per_item", "gpu_ms",
@@ -181,7 +192,7 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
     per = out["items"].where(out["items"] > 0)
     out["cpu_ms_per_item"] = out["cpu_ms"] / per
     out["gpu_ms_per_item"] = out["gpu_ms"] / per
-    wall = _wall_ns(rep) / 1e6
+    wall = wall_ns / 1e6
     out["wall_share"] = out["cpu_ms"] / wall if wall else np.nan
     out = out.reset_index().rename(columns={"name": "stage"})
     if stages is not None:
@@ -261,7 +272,7 @@ def gpu_utilization(rep, *, bin_ms: float = 10.0, device_id: int | None = None, 
     if device_id is not None:
         ops = ops[ops["device_id"] == device_id]
     cols = ["start_ns", "end_ns", "busy_ns", "idle_ns", "busy_frac"]
-    ms, me = busy_intervals(ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy())
+    ms, me = busy_intervals(np.asarray(ops["start_ns"]), np.asarray(ops["end_ns"]))
     if window is None:
         starts = [v for v in (ms.min() if len(ms) else None, rep.nvtx["start_ns"].min() if len(rep.nvtx) else None)
                   if v is not None]
@@ -335,7 +346,8 @@ def _is_wait(name: str) -> bool:
 def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     """Name the stage and the thread that bound throughput.
 
-    The busiest thread is the one whose work (push/pop ranges, minus waiting ranges such as
+    Where ranges carry batch indices (payloads), only those past ``warmup`` count, and the wall
+    span is theirs. The busiest thread is the one whose work (push/pop ranges, minus waiting ranges such as
     ``wait``/``queue``/``sync``, counted once where nested) covers the largest share of the wall
     span; its stage with the most self time (own time minus nested ranges) is the bottleneck.
     When the GPU was busier than any thread, the GPU is named instead.
@@ -344,11 +356,17 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     thread and stage: self_ms, busy share).
     """
     nv = rep.nvtx
-    wall_ns = _wall_ns(rep)
-    pp = nv[nv["kind"] == "push_pop"]
-    if warmup:
-        pay = pp["payload"]
-        pp = pp[~(pay.notna() & (pay.astype("float64") < warmup))]
+    pp = nv[(nv["kind"] == "push_pop") & ~_warmup_mask(nv, warmup)] if warmup else nv[nv["kind"] == "push_pop"]
+    pay = pp["payload"].astype("float64")
+    if pay.notna().any():
+        # steady state: the span of the batch-indexed ranges past warm-up, and every range inside
+        # it (setup such as an engine build happens before and says nothing about throughput)
+        steady = pp[pay.notna() & (pay >= warmup)]
+        w0, w1 = (int(steady["start_ns"].min()), int(steady["end_ns"].max())) if len(steady) else (0, 0)
+        pp = pp[(pp["start_ns"] >= w0) & (pp["end_ns"] <= w1) & ~(pay.notna() & (pay < warmup))]
+    else:
+        w0, w1 = (int(pp["start_ns"].min()), int(pp["end_ns"].max())) if len(pp) else (0, 0)
+    wall_ns = w1 - w0
     empty = pd.DataFrame(columns=["thread", "tid", "stage", "self_ms", "thread_busy_frac"])
     if len(pp) == 0 or wall_ns <= 0:
         return Bottleneck("No NVTX ranges in this report: annotate the stages (labkit.annotate) and profile again.",
@@ -360,7 +378,8 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     # envelopes such as "main" or "run" span most of the run and only wait for other threads
     work = work[~work["wait"] & (work["duration_ns"] < 0.5 * wall_ns)]
     tname = work["thread_name"].fillna("").astype(str)
-    work = work.assign(thread=np.where(tname != "", tname, "tid " + work["tid"].astype(str)))
+    tid_s = work["tid"].astype(str)
+    work = work.assign(thread=np.where(tname != "", tname + " (tid " + tid_s + ")", "tid " + tid_s))
     per = work.groupby(["global_tid", "thread", "tid", "name"], sort=False)["self_ns"].sum().reset_index()
     busy = per.groupby("global_tid")["self_ns"].sum()
     per["thread_busy_frac"] = per["global_tid"].map(busy) / wall_ns
@@ -368,8 +387,11 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     per = per.sort_values("self_ns", ascending=False, ignore_index=True)
     table = per[["thread", "tid", "name", "self_ms", "thread_busy_frac"]].rename(columns={"name": "stage"})
     ops = rep._gpu_core()
-    ms, me = busy_intervals(ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy())
-    gpu_frac = float((me - ms).sum() / wall_ns) if len(ms) else 0.0
+    ms, me = busy_intervals(ops["start_ns"], ops["end_ns"])
+    gpu_frac = 0.0
+    if len(ms):
+        b = _busy_before(ms, me, np.array([w0, w1], dtype=np.int64))
+        gpu_frac = float((b[1] - b[0]) / wall_ns)
     if len(per) == 0:
         return Bottleneck("Only waiting ranges were found; no stage did measurable work.", None, None, None,
                           0.0, 0.0, wall_ns / 1e6, gpu_frac, table)

@@ -27,6 +27,7 @@ __all__ = [
     "NsysError",
     "NsysNotFoundError",
     "CaptureRangeError",
+    "ProgramFailedError",
     "ReportExistsError",
 ]
 
@@ -37,6 +38,10 @@ class NsysError(LabkitError):
 
 class NsysNotFoundError(NsysError):
     """No usable nsys executable."""
+
+
+class ProgramFailedError(NsysError):
+    """The profiled program exited with a non-zero status (nsys passes it through)."""
 
 
 class CaptureRangeError(NsysError):
@@ -104,12 +109,10 @@ def profile(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profi
     """
     from labkit.report import load_report
 
-    exe = _nsys_or_raise(nsys)
     argv_cmd = shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
     if not argv_cmd:
         raise NsysError("empty command: pass the program to profile, e.g. ['python', 'app.py']")
     outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
     base = outdir / name
     rep, db, log = base.with_suffix(".nsys-rep"), base.with_suffix(".sqlite"), base.with_suffix(".log")
     if not overwrite:
@@ -117,6 +120,8 @@ def profile(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profi
         if existing:
             raise ReportExistsError(f"{existing[0]} already exists: pass overwrite=True (CLI: --overwrite) "
                                     f"or choose another name")
+    exe = _nsys_or_raise(nsys)
+    outdir.mkdir(parents=True, exist_ok=True)
     for p in (rep, db, log):
         if p.exists():
             p.unlink()
@@ -139,6 +144,9 @@ def profile(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profi
         _wait_with_progress(proc, f"nsys profile {name}", t0, progress)
     output = log.read_text(errors="replace")
     if proc.returncode != 0:
+        if rep.exists():  # nsys passes the program's exit status through and still writes the report
+            raise ProgramFailedError(f"the profiled program exited with status {proc.returncode} (report kept: "
+                                     f"{rep}); its output (full log: {log}):\n{_tail(output)}")
         raise NsysError(f"nsys profile exited with status {proc.returncode} after "
                         f"{time.monotonic() - t0:.1f} s; its output (full log: {log}):\n{_tail(output)}")
     if not rep.exists():
@@ -194,9 +202,19 @@ def _wait_with_progress(proc: subprocess.Popen, label: str, t0: float, progress:
 
 
 def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, force: bool = False) -> Path:
-    """Export a ``.nsys-rep`` to ``.sqlite`` beside it (reused when newer than the report)."""
+    """Export a ``.nsys-rep`` to ``.sqlite`` beside it, or under the temp folder when its folder is
+    read-only; an export newer than the report is reused."""
     rep_path = Path(rep_path)
     db = rep_path.with_suffix(".sqlite")
+    if not os.access(rep_path.parent, os.W_OK) and not db.exists():
+        # a read-only folder (a shared or committed report): cache the export in the temp folder
+        import hashlib
+        import tempfile
+
+        key = hashlib.sha1(str(rep_path.resolve()).encode()).hexdigest()[:12]
+        cache = Path(tempfile.gettempdir()) / "labkit-exports"
+        cache.mkdir(parents=True, exist_ok=True)
+        db = cache / f"{rep_path.stem}-{key}.sqlite"
     if db.exists() and not force and db.stat().st_mtime >= rep_path.stat().st_mtime:
         return db
     exe = _nsys_or_raise(nsys)
@@ -235,7 +253,9 @@ def cli_profile(argv: list[str]) -> int:
         print("labkit: no command given: put it after --, e.g. python -m labkit profile -- python app.py",
               file=sys.stderr)
         return 2
-    name = args.name or Path(cmd[-1] if cmd[0].startswith("python") and len(cmd) > 1 else cmd[0]).stem
+    # default name: the script of "python script.py ...", else the program itself
+    is_python = Path(cmd[0]).name.startswith("python") and len(cmd) > 1 and not cmd[1].startswith("-")
+    name = args.name or Path(cmd[1] if is_python else cmd[0]).stem
     import warnings
 
     try:

@@ -76,6 +76,10 @@ def plot_timeline(report, *, window=None, max_events: int = 20000, ax=None, labe
     for gtid, g in nv.groupby("global_tid", sort=True):
         tn = g["thread_name"].dropna()
         label = f"{tn.iloc[0]} ({g['tid'].iloc[0]})" if len(tn) else f"tid {g['tid'].iloc[0]}"
+        # threads of one process often share a name: add the stage that takes most of its time
+        top = g[g["depth"] == 0].groupby("name", observed=True)["duration_ns"].sum()
+        if len(top):
+            label += f" {top.idxmax()}"
         for d, gd in g.groupby("depth", sort=True):
             rows.append((label if d == 0 else f"  depth {d}", gd, "nvtx"))
     if len(gpu):
