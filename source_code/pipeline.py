@@ -158,9 +158,9 @@ class Muxer:
         self.next_batch = 0
         self.live = list(range(len(sources)))
         self.rr = 0
+        self.stop = threading.Event()
         if threaded:
             self.queues = [queue.Queue(maxsize=max(2, queue_size * batch_size)) for _ in sources]
-            self.stop = threading.Event()
             self.threads = [threading.Thread(target=self._decode_loop, args=(s,), name=f"decode-{s.index}", daemon=True)
                             for s in sources]
             for t in self.threads:
@@ -169,15 +169,20 @@ class Muxer:
     def _decode_loop(self, src: VideoSource) -> None:
         q = self.queues[src.index]
         n_src = len(self.sources)
-        while not self.stop.is_set():
-            t0 = time.perf_counter_ns()
-            i = src.count
-            with annotate.range("decode", batch=(i * n_src + src.index) // self.batch_size, items=1):
-                frame = src.read()
-            if frame is None:
-                break
-            self._put(q, (frame, i, t0))
-        self._put(q, None)
+        try:
+            while not self.stop.is_set():
+                t0 = time.perf_counter_ns()
+                i = src.count
+                with annotate.range("decode", batch=(i * n_src + src.index) // self.batch_size, items=1):
+                    frame = src.read()
+                if frame is None:
+                    break
+                self._put(q, (frame, i, t0))
+        except Exception as e:  # noqa: BLE001 - reported as a decode error, the stream ends
+            src.error = f"{type(e).__name__}: {e}"
+            src.ended = True
+        finally:
+            self._put(q, None)
 
     def _put(self, q: queue.Queue, item) -> None:
         while not self.stop.is_set():
@@ -189,7 +194,12 @@ class Muxer:
 
     def _next_frame(self, s: int):
         if self.threaded:
-            return self.queues[s].get()
+            while not self.stop.is_set():
+                try:
+                    return self.queues[s].get(timeout=0.1)
+                except queue.Empty:
+                    continue
+            return None
         t0 = time.perf_counter_ns()
         i = self.sources[s].count
         frame = self.sources[s].read()
@@ -225,8 +235,8 @@ class Muxer:
         return max(1, min(self.batch_size, left))
 
     def close(self) -> None:
+        self.stop.set()
         if self.threaded:
-            self.stop.set()
             for q in self.queues:  # unblock producers
                 while True:
                     try:
@@ -284,6 +294,9 @@ class Preprocess:
             groups: dict = {}
             for i, f in enumerate(frames):
                 groups.setdefault(f.shape, []).append(i)
+            if len(groups) == 1:  # the usual case: one upload, one resize for the whole batch
+                b.tensor = self._gpu(self._upload(frames), self.input_hw)
+                return b
             parts = [None] * len(frames)
             for idx in groups.values():
                 x = self._gpu(self._upload([frames[i] for i in idx]), self.input_hw)
@@ -457,7 +470,7 @@ def run_queued(muxer: Muxer, stages: list[tuple[str, Callable]], sink: Callable[
                 put(qs[0], b)
         except BaseException as e:  # noqa: BLE001 - handed to the main thread
             errors.append(e)
-            stop.set()
+            stop_all()
         put(qs[0], None)
 
     def worker(k: int, name: str, fn: Callable):
@@ -469,8 +482,12 @@ def run_queued(muxer: Muxer, stages: list[tuple[str, Callable]], sink: Callable[
                 put(qs[k + 1], _call(name, fn, b))
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
-            stop.set()
+            stop_all()
         put(qs[k + 1], None)
+
+    def stop_all():
+        stop.set()
+        muxer.stop.set()
 
     threads = [threading.Thread(target=source, name="mux", daemon=True)]
     threads += [threading.Thread(target=worker, args=(k, n, f), name=n, daemon=True) for k, (n, f) in enumerate(stages)]
@@ -484,7 +501,7 @@ def run_queued(muxer: Muxer, stages: list[tuple[str, Callable]], sink: Callable[
             b.done_ns = time.perf_counter_ns()
             sink(b)
     finally:
-        stop.set()
+        stop_all()
         for t in threads:
             t.join(timeout=10)
     if errors:
@@ -552,6 +569,10 @@ def validate(cfg: PipelineConfig) -> None:
             raise PipelineError(f"--output {cfg.output}: use a .mp4 or .avi path", 2)
 
 
+_NSYS_GLOBS = ("/usr/local/cuda/bin/nsys", "/usr/local/cuda-*/bin/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys",
+               "/opt/nvidia/nsight-systems-cli/*/bin/nsys", "/usr/lib/nsight-systems/bin/nsys")
+
+
 def environment(device) -> dict:
     """Versions and hardware, gathered by the application itself."""
     import platform
@@ -593,7 +614,7 @@ def environment(device) -> dict:
     except OSError:
         pass
     if torch.cuda.is_available():
-        idx = device.index or 0 if device.type == "cuda" else 0
+        idx = (device.index or 0) if device.type == "cuda" else 0
         env["gpu"] = torch.cuda.get_device_name(idx)
         env["cudnn"] = torch.backends.cudnn.version()
         try:
@@ -608,6 +629,14 @@ def environment(device) -> dict:
     nsys = os.environ.get("LABKIT_NSYS") or os.environ.get("NSYS") or shutil.which("nsys")
     if nsys and os.path.isdir(nsys):
         nsys = os.path.join(nsys, "nsys")
+    if not nsys:
+        import glob
+
+        for pattern in _NSYS_GLOBS:
+            hits = sorted(glob.glob(pattern))
+            if hits:
+                nsys = hits[-1]
+                break
     if nsys and os.path.isfile(nsys):
         try:
             out = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=30)
@@ -645,8 +674,6 @@ def _accuracy(cfg: PipelineConfig, gt_frames: dict | None, det_log: dict, trk_lo
 def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None = None) -> dict:
     """Run the pipeline described by ``cfg``; return the results document (see README)."""
     validate(cfg)
-    import torch
-
     from source_code import backends
     from source_code.detector import CLASS_NAMES, INPUT_HW, load_detector
     from source_code.scenes import gt_path_for, read_gt
@@ -681,6 +708,12 @@ def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None 
     except (RuntimeError, KeyError, ValueError) as e:
         raise PipelineError(f"cannot load detector weights {cfg.weights or 'weights/detector.pt'}: "
                             f"{str(e).splitlines()[0]}", 3) from None
+    from source_code.detector import DEFAULT_WEIGHTS, count_flops
+
+    model_info = {"weights": str(cfg.weights or DEFAULT_WEIGHTS),
+                  "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 3),
+                  "gflops_per_frame": round(count_flops(model, input_hw) / 1e9, 3),
+                  "flops_convention": "FlopCounterMode, 2 FLOPs per multiply-accumulate, at input_hw"}
     try:
         infer_fn = backends.make_backend(model, backend=cfg.backend, precision=cfg.precision, device=device,
                                          batch_size=cfg.batch_size, channels_last=cfg.channels_last,
@@ -767,6 +800,8 @@ def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None 
     if state["t_start"] is None:
         state["t_start"] = t_run
     seconds = (state["t_end"] - state["t_start"]) / 1e9 if state["t_end"] else None
+    if seconds is None:
+        warnings.append("every batch was warm-up: no timing (lower --warmup)")
     summary = annotate.stage_summary(skip_batches=warmup_batches)
     stage_ms = {}
     for name in STAGES:
@@ -792,6 +827,7 @@ def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None 
         "config": {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()},
                    "device_resolved": str(device), "input_hw": list(input_hw), "output": str(out_path) if out_path else None,
                    "backend_name": getattr(infer_fn, "name", cfg.backend), "ground_truth": str(gt_file) if gt else None},
+        "model": model_info,
         "env": environment(device),
         "output_frames": display.written,
         "warnings": warnings,

@@ -7,7 +7,10 @@ the confirmed tracks that were matched at the last detection.
 Matching is per class (a detection never continues a track of another class) and in two rounds
 as in ByteTrack: confident detections (score >= ``high_thresh``) first, then the remaining
 tracks against the low-score detections (``low_thresh`` <= score < ``high_thresh``), which
-keeps tracks alive through partial occlusions. Only confident detections start tracks. A track
+keeps tracks alive through partial occlusions. Tracks matched at the previous update are matched
+before coasting ones (as DeepSORT's cascade). Only confident detections start tracks, and not
+when they lie mostly (>= 70 %) inside a box matched in this frame (duplicates such as a truck's
+cab); a coasting track overlapping a matched one of its class (IoU > 0.7) is dropped. A track
 is reported once it has ``min_hits`` matches in a row (or during the first ``min_hits`` updates
 of the tracker) and is deleted after ``max_age`` frames without a match.
 
@@ -88,12 +91,13 @@ class Tracker:
     """SORT-style tracker; see the module docstring for the rules."""
 
     def __init__(self, *, iou_thresh: float = 0.3, min_hits: int = 2, max_age: int = 30,
-                 high_thresh: float = 0.4, low_thresh: float = 0.15):
+                 high_thresh: float = 0.4, low_thresh: float = 0.15, duplicate_cover: float = 0.7):
         self.iou_thresh = iou_thresh
         self.min_hits = min_hits
         self.max_age = max_age
         self.high_thresh = high_thresh
         self.low_thresh = low_thresh
+        self.duplicate_cover = duplicate_cover
         self.tracks: list[Track] = []
         self.next_id = 1
         self.updates = 0
@@ -132,9 +136,17 @@ class Tracker:
         self._advance()
         high = dets[dets[:, 4] >= self.high_thresh]
         low = dets[(dets[:, 4] >= self.low_thresh) & (dets[:, 4] < self.high_thresh)]
-        pairs, un_trk, un_det = self._match(self.tracks, high)
-        matched: list[tuple[Track, np.ndarray]] = [(self.tracks[r], high[c]) for r, c in pairs]
-        rest = [self.tracks[i] for i in un_trk]
+        # Cascade: tracks matched at the last update choose first, so a stale duplicate cannot
+        # steal the detection of a live track; then the coasting tracks; then low-score detections.
+        fresh = [t for t in self.tracks if t.missed_updates == 0]
+        stale = [t for t in self.tracks if t.missed_updates > 0]
+        pairs, un_fresh, un_det = self._match(fresh, high)
+        matched: list[tuple[Track, np.ndarray]] = [(fresh[r], high[c]) for r, c in pairs]
+        rest_high = high[un_det]
+        pairs_s, un_stale, un_det2 = self._match(stale, rest_high)
+        matched += [(stale[r], rest_high[c]) for r, c in pairs_s]
+        unborn = rest_high[un_det2]
+        rest = [fresh[i] for i in un_fresh] + [stale[i] for i in un_stale]
         pairs2, un_trk2, _ = self._match(rest, low)
         matched += [(rest[r], low[c]) for r, c in pairs2]
         for t, d in matched:
@@ -148,9 +160,33 @@ class Tracker:
         for i in un_trk2:
             rest[i].hit_streak = 0
             rest[i].missed_updates += 1
-        for j in un_det:
-            self.tracks.append(Track(high[j], self.next_id))
+        live = [t for t, _ in matched]
+        if live and len(unborn):
+            # A detection that mostly lies inside a matched box of its class is a duplicate
+            # (e.g. the cab of a truck), not a new object.
+            cover = _coverage(unborn[:, :4], np.array([t.det_box for t in live]))
+            same = unborn[:, 5:6].astype(int) == np.array([t.class_id for t in live])[None, :]
+            unborn = unborn[~(np.where(same, cover, 0.0) > self.duplicate_cover).any(1)]
+        for d in unborn:
+            self.tracks.append(Track(d, self.next_id))
             self.next_id += 1
+        if live:
+            # drop coasting tracks that sit on top of a live track of the same class (duplicates)
+            coasting = [t for t in self.tracks if t.since_update > 0]
+            if coasting:
+                iou = box_iou(np.array([t.kf.box() for t in coasting]), np.array([t.det_box for t in live]))
+                same = np.array([t.class_id for t in coasting])[:, None] == np.array([t.class_id for t in live])[None, :]
+                dup = {id(t) for t, hit in zip(coasting, (np.where(same, iou, 0) > 0.7).any(1)) if hit}
+                self.tracks = [t for t in self.tracks if id(t) not in dup]
         self.tracks = [t for t in self.tracks if t.since_update <= self.max_age]
         rows = [t.row() for t in self.tracks if t.since_update == 0 and self._confirmed(t)]
         return np.array(rows, dtype=np.float64).reshape(-1, _COLUMNS)
+
+
+def _coverage(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Fraction of each box in ``a`` covered by each box in ``b`` (intersection / area of a)."""
+    iw = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
+    ih = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
+    inter = np.clip(iw, 0, None) * np.clip(ih, 0, None)
+    area = np.maximum((a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1]), 1e-9)
+    return inter / area[:, None]

@@ -252,7 +252,7 @@ def evaluate(weights: Path, *, seeds=EVAL_SEEDS, seconds: float = 3.0) -> dict:
             dets.append(d)
             gts.append(np.array([[r["x1"], r["y1"], r["x2"], r["y2"], r["class_id"]] for r in rows]).reshape(-1, 5))
             scene.step()
-    return map50(gts, dets, num_classes=NUM_CLASSES)
+    return map50(gts, dets, num_classes=NUM_CLASSES, class_names=CLASS_NAMES)
 
 
 def write_model_card(weights: Path, *, command: str, evaluation: dict | None) -> Path:
@@ -281,7 +281,7 @@ def write_model_card(weights: Path, *, command: str, evaluation: dict | None) ->
         "",
         "## Training",
         f"- Command: `{command}`",
-        f"- Iterations: {meta.get('iterations')}, batch {meta.get('batch')}, images {meta.get('images')},"
+        f"- Iterations (the run that saved the file): {meta.get('iterations')}, batch {meta.get('batch')}, images {meta.get('images')},"
         f" wall time {meta.get('seconds')} s on CPU; AdamW, cosine schedule over the time budget;"
         f" final loss (EMA) {meta.get('final_loss_ema')}.",
         "",
