@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import platform
 import sys
 import time
@@ -42,7 +43,7 @@ CONFIGS: dict[str, dict] = {
     "tensorrt-int8": dict(backend="tensorrt", precision="int8"),
 }
 COLUMNS = ["config", "backend", "precision", "device", "batch_size", "frames_per_s", "ms_per_batch", "iters",
-           "setup_s", "status", "reason", "backend_name", "device_name", "torch", "threads"]
+           "setup_s", "status", "reason", "backend_name", "device_name", "torch", "threads", "load_avg_1m"]
 
 
 def device_name(device: torch.device) -> str:
@@ -52,7 +53,7 @@ def device_name(device: torch.device) -> str:
 
 
 def time_backend(backend, x: torch.Tensor, *, min_seconds: float, max_iters: int, warmup: int = 2) -> tuple[float, int]:
-    """Seconds per call of ``backend(x)`` over at least 2 iterations after ``warmup`` untimed ones."""
+    """Seconds per call of ``backend(x)``, timed over at least ``min(2, max_iters)`` calls after ``warmup`` untimed ones."""
     sync = torch.cuda.synchronize if x.device.type == "cuda" else (lambda: None)
     for _ in range(warmup):
         backend(x)
@@ -68,7 +69,7 @@ def time_backend(backend, x: torch.Tensor, *, min_seconds: float, max_iters: int
 
 
 def run(*, configs: list[str], batch_sizes: list[int], device: str, min_seconds: float, max_iters: int,
-        weights: Path | None, cache_dir: Path | None, log=print) -> list[dict]:
+        weights: Path | None, cache_dir: Path | None, warmup: int = 2, log=print) -> list[dict]:
     """Benchmark each configuration at each batch size; one row dict per pair (``COLUMNS``)."""
     from source_code.backends import BackendUnavailable, make_backend
     from source_code.detector import DEFAULT_WEIGHTS, INPUT_HW, build_detector, load_detector
@@ -89,7 +90,7 @@ def run(*, configs: list[str], batch_sizes: list[int], device: str, min_seconds:
         for batch in batch_sizes:
             row = dict(config=label, backend=kwargs["backend"], precision=kwargs["precision"], batch_size=batch,
                        frames_per_s="", ms_per_batch="", iters="", setup_s="", status="ok", reason="",
-                       backend_name="", **common)
+                       backend_name="", load_avg_1m="", **common)
             t0 = time.perf_counter()
             try:
                 backend = make_backend(model, device=device, batch_size=batch, cache_dir=cache_dir, **kwargs)
@@ -99,9 +100,12 @@ def run(*, configs: list[str], batch_sizes: list[int], device: str, min_seconds:
                 log(f"{label:<38} b={batch:<3} skipped: {exc}")
                 break  # the same reason holds for every batch size
             row["setup_s"] = round(time.perf_counter() - t0, 2)
+            # Other processes on the machine skew CPU figures badly (OpenMP threads wait on each
+            # other), so each row records the load it was measured under.
+            row["load_avg_1m"] = round(os.getloadavg()[0], 2)
             try:
                 x = torch.rand(batch, 3, *INPUT_HW, device=dev)
-                sec, iters = time_backend(backend, x, min_seconds=min_seconds, max_iters=max_iters)
+                sec, iters = time_backend(backend, x, min_seconds=min_seconds, max_iters=max_iters, warmup=warmup)
                 row.update(frames_per_s=round(batch / sec, 2), ms_per_batch=round(sec * 1e3, 3), iters=iters,
                            backend_name=backend.name)
                 log(f"{label:<38} b={batch:<3} {batch / sec:9.2f} frames/s  {sec * 1e3:9.2f} ms/batch  "
@@ -146,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated from: {', '.join(CONFIGS)}")
     parser.add_argument("--min-seconds", type=float, default=2.0, help="timed seconds per point, at least")
     parser.add_argument("--max-iters", type=int, default=200, help="timed iterations per point, at most")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls before timing each point")
     parser.add_argument("--weights", type=Path, default=None)
     parser.add_argument("--cache-dir", type=Path, default=None, help="ONNX/engine cache (default: backends default)")
     args = parser.parse_args(argv)
@@ -155,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown config(s) {', '.join(unknown)}; choose from {', '.join(CONFIGS)}")
     batches = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
     rows = run(configs=configs, batch_sizes=batches, device=args.device, min_seconds=args.min_seconds,
-               max_iters=args.max_iters, weights=args.weights, cache_dir=args.cache_dir)
+               max_iters=args.max_iters, weights=args.weights, cache_dir=args.cache_dir, warmup=args.warmup)
     csv_path, md_path = write(rows, args.out)
     print(f"wrote {csv_path} and {md_path}")
     return 0

@@ -271,3 +271,28 @@ def _escape(text: str) -> str:
     import re
 
     return re.escape(text)
+
+
+# --------------------------------------------------------------------------- benchmark script
+
+
+def test_throughput_benchmark_writes_rows_and_skips(tmp_path):
+    import csv
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "detector_throughput.py"
+    spec = importlib.util.spec_from_file_location("detector_throughput", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.run(configs=["torch-fp32", "torch-fp16", "tensorrt-int8"], batch_sizes=[1, 2], device="cpu",
+                     min_seconds=0.0, max_iters=1, weights=None, cache_dir=tmp_path, warmup=0,
+                     log=lambda *_: None)
+    status = [(r["config"], r["batch_size"], r["status"]) for r in rows]
+    assert status[:2] == [("torch-fp32", 1, "ok"), ("torch-fp32", 2, "ok")]
+    assert ("torch-fp16", 1, "skipped") in status  # one row per skipped config, not per batch size
+    assert all(float(r["frames_per_s"]) > 0 for r in rows if r["status"] == "ok")
+    csv_path, md_path = bench.write(rows, tmp_path / "t.csv")
+    with csv_path.open() as f:
+        assert [r["config"] for r in csv.DictReader(f)] == [r["config"] for r in rows]
+    assert "fp16 needs a CUDA GPU" in md_path.read_text()
