@@ -25,7 +25,6 @@ __all__ = [
     "torch_info",
     "cpu_model",
     "fingerprint",
-    "machine_label",
     "NSYS_SEARCH_GLOBS",
 ]
 
@@ -187,13 +186,6 @@ def fingerprint() -> dict:
         "nvtx": package_version("nvtx"),
         "platform": platform.platform(),
     }
-
-
-def machine_label(fp: dict) -> str:
-    """Short label for a machine column in tables: the GPU name, else 'CPU (<n> cores)'."""
-    if fp.get("gpu"):
-        return str(fp["gpu"]).replace("NVIDIA ", "")
-    return f"CPU ({fp.get('cpu_count') or '?'} cores)"
 
 
 if __name__ == "__main__":  # pragma: no cover
