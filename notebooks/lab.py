@@ -1,0 +1,577 @@
+"""The lab's small helper module, imported by every notebook as ``import lab``.
+
+The notebooks run with ``notebooks/`` as their working folder, so this file is importable as
+``lab``. It holds what every notebook needs and no lesson: the run settings of each mode,
+the sample video, the application's command line, one call to benchmark-and-profile a step
+(``run_step``, a thin layer over ``labkit.bench.run``), and the ledger and reference results.
+
+Locations: ``LABKIT_MODE`` (``small`` or ``full``, default ``full``) picks the settings;
+``LABKIT_REPORTS`` (default ``<project>/reports``) is where profiles, results and the ledger go.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+MODES = ("small", "full")
+MODE = os.environ.get("LABKIT_MODE", "full").strip().lower() or "full"
+if MODE not in MODES:
+    raise ValueError(f"LABKIT_MODE={MODE!r}: use 'small' (a few minutes) or 'full'")
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = Path(os.environ.get("LABKIT_REPORTS") or ROOT / "reports").resolve()
+LEDGER = REPORTS / "ledger.jsonl"
+PROFILES = REPORTS / "profiles"
+RESULTS = REPORTS / "results"
+REFERENCE = ROOT / "reports" / "reference" / "h100"
+APP = ROOT / "source_code" / "detect_video.py"
+DATA = ROOT / "data"
+STAGES = ("decode", "preprocess", "infer", "postprocess", "track", "display")
+"""The application's stage names (its NVTX ranges), in pipeline order."""
+APP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+"""Environment of every application run (besides ``LABKIT_REPORTS``). With OpenMP's default
+(active) waiting, PyTorch's CPU threads spin between parallel regions; where the cores are
+shared (other processes, or the pipeline's own threads), inference called from the main thread
+was measured many times slower than the same call from another thread, which would distort
+every comparison with the synchronous baseline. Passive waiting removes that difference."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How big each run is in one mode; the notebooks read these, never literal numbers."""
+
+    video_seconds: float
+    video_size: tuple[int, int]  # width, height
+    seed: int  # scene seed of the sample video (held out from training and calibration)
+    frames: int  # frames processed per run (per stream)
+    warmup: int  # frames left out of the timing at the start of each run
+    repeats: int  # measured runs per step (the profiled run comes on top)
+    input_hw: str | None  # network input size; None: the detector's default
+    batch_sizes: tuple[int, ...]  # batch sizes swept besides 1 (the step before) and `batch`
+    batch: int  # batch size profiled, and the one the later steps build on
+    streams: tuple[int, ...]  # stream counts swept besides 1
+    intervals: tuple[int, ...]  # detector intervals swept besides 1 and `interval`
+    interval: int  # detector interval profiled in notebook 06
+
+
+SETTINGS = {
+    "small": Settings(video_seconds=2.0, video_size=(640, 360), seed=11, frames=24, warmup=4, repeats=1,
+                      input_hw="192x320", batch_sizes=(2,), batch=4, streams=(2,), intervals=(2,), interval=4),
+    "full-cpu": Settings(video_seconds=10.0, video_size=(1280, 720), seed=11, frames=128, warmup=16, repeats=3,
+                         input_hw=None, batch_sizes=(2, 8), batch=4, streams=(2,), intervals=(2, 5), interval=3),
+    "full-gpu": Settings(video_seconds=20.0, video_size=(1280, 720), seed=11, frames=600, warmup=40, repeats=3,
+                         input_hw=None, batch_sizes=(4, 8, 32), batch=16, streams=(2, 4), intervals=(2, 5), interval=3),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_available() -> bool:
+    """True when torch can use a CUDA GPU here."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def settings(mode: str = MODE, gpu: bool | None = None) -> Settings:
+    """The settings of ``mode`` (``small`` is the same everywhere; ``full`` depends on the GPU)."""
+    if mode == "small":
+        return SETTINGS["small"]
+    return SETTINGS["full-gpu" if (gpu_available() if gpu is None else gpu) else "full-cpu"]
+
+
+# ----------------------------------------------------------------------------- the video
+def sample_video(mode: str = MODE, *, folder: Path = DATA) -> Path:
+    """The lab's sample clip (written on first use with the scene generator, then reused).
+
+    Returns the ``.mp4``; its ground truth ``<stem>.gt.csv`` lies beside it.
+    """
+    from source_code.scenes import SceneConfig, gt_path_for, make_video
+
+    s = settings(mode)
+    w, h = s.video_size
+    video = Path(folder) / ("sample.mp4" if mode == "full" else f"sample_{mode}.mp4")
+    if video.exists() and gt_path_for(video).exists():
+        return video
+    video.parent.mkdir(parents=True, exist_ok=True)
+    make_video(video, seconds=s.video_seconds, config=SceneConfig(seed=s.seed, width=w, height=h))
+    return video
+
+
+def video_info(video: Path) -> dict:
+    """Frame count, frames per second and size of a video, as OpenCV reads them."""
+    import cv2
+
+    cap = cv2.VideoCapture(str(video))
+    try:
+        return {"frames": int(cap.get(cv2.CAP_PROP_FRAME_COUNT)), "fps": float(cap.get(cv2.CAP_PROP_FPS)),
+                "width": int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), "height": int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))}
+    finally:
+        cap.release()
+
+
+def ground_truth(video: Path) -> dict:
+    """``{frame: array (K, 6) [x1, y1, x2, y2, class_id, track_id]}`` of a generated clip."""
+    from source_code.scenes import gt_path_for, read_gt
+
+    return read_gt(gt_path_for(video))
+
+
+def show_frame(video: Path, index: int = 0):
+    """One frame of ``video`` with its ground-truth boxes drawn (a matplotlib Figure)."""
+    import cv2
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+
+    from source_code.scenes import CLASS_NAMES
+
+    cap = cv2.VideoCapture(str(video))
+    cap.set(cv2.CAP_PROP_POS_FRAMES, index)
+    ok, frame = cap.read()
+    cap.release()
+    if not ok:
+        raise ValueError(f"{video} has no frame {index}")
+    fig = Figure(figsize=(9, 9 * frame.shape[0] / frame.shape[1]), layout="constrained")
+    ax = fig.subplots()
+    ax.imshow(frame[:, :, ::-1])
+    colors = ("tab:orange", "tab:cyan")
+    for x1, y1, x2, y2, cls, tid in ground_truth(video).get(index, []):
+        ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, lw=1.5, color=colors[int(cls) % 2]))
+        ax.text(x1, y1 - 2, f"{int(tid)} {CLASS_NAMES[int(cls)]}", color=colors[int(cls) % 2], fontsize=7)
+    ax.set_axis_off()
+    ax.set_title(f"{Path(video).name}, frame {index}: ground truth", fontsize=9)
+    return fig
+
+
+# ----------------------------------------------------------------------------- the application
+def app_command(*, video: Path | None = None, mode: str = MODE, **flags) -> list[str]:
+    """The application's argv for this mode with ``flags`` set.
+
+    Flags are ``detect_video.py`` options in snake case: ``batch_size=4`` -> ``--batch-size 4``,
+    ``queues=True`` -> ``--queues``, ``osd=False`` -> ``--no-osd``; ``None``/``False`` leave an
+    option out. ``--warmup`` is left to ``labkit.bench`` (it adds the mode's value).
+    """
+    s = settings(mode)
+    cmd = [sys.executable, str(APP), "--input", str(video or sample_video(mode)), "--frames", str(s.frames)]
+    if s.input_hw and "input_hw" not in flags:
+        cmd += ["--input-hw", s.input_hw]
+    for key, value in flags.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            cmd.append(flag)
+        elif value is False and key == "osd":
+            cmd.append("--no-osd")
+        elif value is not None and value is not False:
+            cmd += [flag, str(value)]
+    return cmd
+
+
+@functools.lru_cache(maxsize=1)
+def _backends() -> tuple:
+    from source_code.backends import available_backends
+
+    return tuple(available_backends())
+
+
+def backends():
+    """What this machine can run: backend, precision, device, variant, available, reason."""
+    import pandas as pd
+
+    return pd.DataFrame(list(_backends()))
+
+
+def device_of(flags: dict) -> str:
+    """The device a run with these flags uses (``auto`` resolved as the application does)."""
+    dev = flags.get("device", "auto")
+    return ("cuda" if gpu_available() else "cpu") if dev == "auto" else dev
+
+
+def unavailable(**flags) -> str:
+    """Why a run with these flags cannot run here ('' when it can)."""
+    device = device_of(flags)
+    if device == "cuda" and not gpu_available():
+        return "it needs a CUDA GPU and this machine has none"
+    if flags.get("gpu_preprocess") and device != "cuda":
+        return "--gpu-preprocess needs a CUDA GPU"
+    backend, precision = flags.get("backend", "torch"), flags.get("precision", "fp32")
+    variants = [v for v in ("channels_last", "cuda_graphs", "compile") if flags.get(v)] or [""]
+    rows = {(r["backend"], r["precision"], r["device"], r["variant"]): r for r in _backends()}
+    for variant in variants:
+        row = rows.get((backend, precision, device, variant))
+        if row is None:
+            return f"{backend} {precision} {variant} is not offered on {device}".replace("  ", " ")
+        if not row["available"]:
+            return row["reason"]
+    return ""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A step that could not run on this machine; shows itself as a plain sentence."""
+
+    step: str
+    reason: str
+    ok = False
+    fps = math.nan
+    profile = None
+
+    def __str__(self) -> str:
+        where = " (see the reference results below)" if (REFERENCE / "ledger.jsonl").exists() else ""
+        return f"Step '{self.step}' was not run here: {self.reason}{where}."
+
+    def _repr_markdown_(self) -> str:
+        return f"**Not run here.** {self}"
+
+
+class Note(str):
+    """A computed sentence that renders as markdown in a notebook."""
+
+    def _repr_markdown_(self) -> str:
+        return str(self)
+
+
+def app_env() -> dict:
+    """Environment variables set for each application run: ``APP_ENV`` and ``LABKIT_REPORTS``
+    (where the application writes its output video)."""
+    return {**APP_ENV, "LABKIT_REPORTS": str(REPORTS)}
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence two messages that say nothing here: tqdm's missing-widget warning (progress is off)
+    and, on a machine without a GPU, the report loader's 'no CUDA tables'."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        if not gpu_available():
+            warnings.filterwarnings("ignore", message=".*no CUDA tables.*")
+        yield
+
+
+def run_step(step: str, *, profile: bool = True, mode: str = MODE, **flags):
+    """Benchmark one lab step: a profiled run under nsys, then the mode's measured repeats.
+
+    Appends a row to ``LEDGER`` and returns the ``labkit.bench.Result``; returns
+    :class:`Skipped` (no run, no ledger row) when the flags need what this machine lacks.
+    """
+    from labkit import bench
+
+    reason = unavailable(**flags)
+    if reason:
+        return Skipped(step, reason)
+    s = settings(mode)
+    with _quiet():
+        return bench.run(app_command(mode=mode, **flags), step=step, repeats=s.repeats, warmup=s.warmup,
+                         profile=profile, ledger=LEDGER, results_dir=RESULTS, profile_dir=PROFILES,
+                         env=app_env(), progress=False)
+
+
+def sweep(base: dict, option: str, values, *, step: str, mode: str = MODE):
+    """``labkit.bench.sweep`` of one option over ``values`` on top of the flags ``base``
+    (no profiles, one ledger row per value); returns its frame, or :class:`Skipped`."""
+    from labkit import bench
+
+    reason = unavailable(**base)
+    if reason:
+        return Skipped(step, reason)
+    s = settings(mode)
+    with _quiet():
+        return bench.sweep(app_command(mode=mode, **base), "--" + option.replace("_", "-"), list(values),
+                           step=step, repeats=s.repeats, warmup=s.warmup, ledger=LEDGER, results_dir=RESULTS,
+                           env=app_env(), progress=False)
+
+
+def report(result):
+    """The Nsight Systems report of a step's profiled run: ``result`` is a ``Result`` or a step
+    name (its latest ledger row with a profile). None for a skipped step."""
+    import warnings
+
+    import labkit
+
+    path = getattr(result, "profile", None)
+    if isinstance(result, str):
+        rows = ledger([result])
+        paths = rows["paths.profile"].dropna() if "paths.profile" in rows.columns else []
+        if len(paths) == 0:
+            raise ValueError(f"no profiled '{result}' row in {LEDGER}: run that step first")
+        path = paths.iloc[-1]
+    if path is None:
+        return None
+    with warnings.catch_warnings():
+        # a CPU-only run has no CUDA tables; the notebooks say so where it matters
+        warnings.filterwarnings("ignore", message=".*no CUDA tables.*")
+        warnings.filterwarnings("ignore", message=".*no GPU activity.*")
+        return labkit.load_report(path)
+
+
+def kernels(result, n: int = 10):
+    """The ``n`` GPU kernels with the most total time in a step's profile, or a Note saying
+    why there are none."""
+    rep = report(result)
+    if rep is None:
+        return Note(f"No profile: {result}")
+    k = rep.kernel_summary()
+    if len(k) == 0:
+        return Note("No GPU kernels in this profile: the run used the CPU only.")
+    return k.head(n)
+
+
+def warmup_batches(result, mode: str = MODE) -> int:
+    """Batches at the start of a step's runs that were warm-up (left out of analyses);
+    ``result`` is a ``Result`` or a step name (its latest ledger row)."""
+    if isinstance(result, str):
+        rows = ledger([result])
+        col = "config.batch_size"
+        batch = rows[col].iloc[-1] if len(rows) and col in rows.columns else 1
+    else:
+        batch = getattr(result, "config", {}).get("batch_size", 1)
+    batch = int(batch) if batch == batch and batch else 1
+    return math.ceil(settings(mode).warmup / batch)
+
+
+def ranges(result, names):
+    """NVTX summary rows (name, instances, total_ns, avg_ns) of the range ``names`` in a step's
+    profile, or a Note when the step did not run."""
+    rep = report(result)
+    if rep is None:
+        return Note(f"No profile: {result}")
+    s = rep.nvtx_summary()
+    return s[s["name"].isin(list(names))][["name", "instances", "total_ns", "avg_ns"]].reset_index(drop=True)
+
+
+def overlap(rep, *, warmup: int = 0) -> dict:
+    """How much the pipeline's stages ran at the same time, from the NVTX stage ranges.
+
+    Ranges of batches below ``warmup`` are left out. Returns ``busy_ms`` (time with at least one
+    stage running), ``stage_ms`` (all stage time added up), ``concurrency`` (stage_ms / busy_ms:
+    1.0 when stages never overlap) and ``overlap_frac`` (share of busy_ms with two or more
+    stages running).
+    """
+    import numpy as np
+
+    nv = rep.nvtx
+    r = nv[(nv["kind"] == "push_pop") & nv["name"].isin(STAGES)]
+    if warmup:
+        pay = r["payload"]
+        r = r[~(pay.notna() & (pay.astype("float64") < warmup))]
+    if len(r) == 0:
+        return {"busy_ms": 0.0, "stage_ms": 0.0, "concurrency": math.nan, "overlap_frac": math.nan}
+    t = np.concatenate([r["start_ns"].to_numpy(), r["end_ns"].to_numpy()])
+    step = np.concatenate([np.ones(len(r), dtype=np.int64), -np.ones(len(r), dtype=np.int64)])
+    order = np.lexsort((step, t))  # at equal times an end comes before a start
+    t, running = t[order], np.cumsum(step[order])[:-1]
+    dt = np.diff(t)
+    busy, two = float(dt[running >= 1].sum()), float(dt[running >= 2].sum())
+    total = float((r["end_ns"] - r["start_ns"]).sum())
+    return {"busy_ms": busy / 1e6, "stage_ms": total / 1e6, "concurrency": total / busy if busy else math.nan,
+            "overlap_frac": two / busy if busy else math.nan}
+
+
+def window(rep, *, warmup: int = 0, count: int = 3, stage: str = "infer") -> tuple[int, int]:
+    """(start_ns, end_ns) of a timeline window about ``count`` batches wide, in steady state.
+
+    The window starts half a period before the first ``stage`` range past the warm-up, where
+    the period is the median time between consecutive ``stage`` ranges, so it shows that many
+    batches whether the stages run one after another or overlap.
+    """
+    import numpy as np
+
+    nv = rep.nvtx
+    r = nv[(nv["kind"] == "push_pop") & (nv["name"] == stage)]
+    if warmup:
+        pay = r["payload"]
+        r = r[~(pay.notna() & (pay.astype("float64") < warmup))]
+    if len(r) == 0:
+        raise ValueError(f"no '{stage}' ranges past the warm-up in this report: was it profiled with NVTX?")
+    starts = np.sort(r["start_ns"].to_numpy())
+    if len(starts) < 2:
+        return int(r["start_ns"].min()), int(r["end_ns"].max())
+    period = float(np.median(np.diff(starts)))
+    return int(starts[0] - period / 2), int(starts[0] + (count - 0.5) * period)
+
+
+def _as_result(x):
+    """A Result, a Skipped, or a step name looked up in the ledger (latest row)."""
+    if not isinstance(x, str):
+        return x
+    rows = ledger([x])
+    if len(rows) == 0 or "fps" not in rows.columns:
+        return Skipped(x, f"it has no row in {LEDGER} yet (run its notebook first)")
+    row = rows.iloc[-1]
+    return SimpleNamespace(step=x, fps=float(row["fps"]), spread=float(row.get("spread", math.nan)),
+                           metrics={"repeats": row.get("repeats", 1)},
+                           ok=row.get("status", "ok") in ("ok", None) and row["fps"] == row["fps"])
+
+
+def compare(new, old) -> Note:
+    """One sentence: throughput of ``new`` against ``old`` (each a Result, Skipped or step name)."""
+    new, old = _as_result(new), _as_result(old)
+    if not getattr(new, "ok", False) or not getattr(old, "ok", False):
+        bad = new if not getattr(new, "ok", False) else old
+        return Note(f"No comparison: {bad}")
+    ratio = new.fps / old.fps
+    word = "the same" if round(ratio, 2) == 1 else "faster" if ratio > 1 else "slower"
+    n = new.metrics.get("repeats", 1)
+    n = int(n) if n == n and n is not None else 1
+    spread = (f"run-to-run spread of '{new.step}' {new.spread:.0%} over {n} runs" if n > 1
+              else "one measured run each, so no spread to judge the noise by")
+    change = word if word == "the same" else f"{abs(ratio - 1):.0%} {word}"
+    return Note(f"'{new.step}': {new.fps:.2f} frames/s against {old.fps:.2f} for '{old.step}': "
+                f"{ratio:.2f}x ({change}); {spread}.")
+
+
+def best(frame, option: str, metric: str = "fps"):
+    """The value of ``option`` with the highest ``metric`` in a sweep or ledger frame."""
+    f = frame.dropna(subset=[metric])
+    if len(f) == 0:
+        raise ValueError(f"no row has a {metric!r} value")
+    return f.loc[f[metric].idxmax(), option]
+
+
+# ----------------------------------------------------------------------------- ledger and tables
+def ledger(steps=None):
+    """This machine's ledger as a frame (``labkit.Ledger.read``), latest row per step, in
+    ``steps`` order when given."""
+    from labkit import Ledger
+    from labkit.tables import latest_rows
+
+    df = Ledger(LEDGER).read()
+    if len(df) == 0:
+        return df
+    df = latest_rows(df)
+    if steps is not None:
+        steps = list(steps)
+        df = df[df["step"].isin(steps)]
+        df = df.iloc[sorted(range(len(df)), key=lambda i: steps.index(df["step"].iloc[i]))]
+    return df.reset_index(drop=True)
+
+
+def speedup(steps=None, *, reference: bool = False):
+    """The relative speed-up table over 'baseline' from the ledger (``labkit.speedup_table``).
+
+    ``steps`` keeps only those steps (in ledger order); ``reference`` adds the committed
+    reference machine's columns when its ledger is present.
+    """
+    import pandas as pd
+
+    import labkit
+    from labkit import Ledger
+
+    frames = [Ledger(LEDGER).read()]
+    if reference and (REFERENCE / "ledger.jsonl").exists():
+        frames.append(Ledger(REFERENCE / "ledger.jsonl").read())
+    df = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[0]
+    if steps is not None and len(df):
+        df = df[df["step"].isin(list(steps))]
+    return labkit.speedup_table(df)
+
+
+def reference_table():
+    """The reference machine's own speed-up table, or a Note saying there is none yet."""
+    import labkit
+
+    path = REFERENCE / "ledger.jsonl"
+    if not path.exists():
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        return Note(f"No reference results yet: `{shown}` is not in this checkout. "
+                    f"Run the lab on a GPU machine (`make lab`) and copy `reports/ledger.jsonl` there.")
+    return labkit.speedup_table(path)
+
+
+def both_machines():
+    """The speed-up table with this machine's and the reference machine's columns, or a Note
+    when no reference results are committed."""
+    if not (REFERENCE / "ledger.jsonl").exists():
+        return reference_table()
+    return speedup(reference=True)
+
+
+def reference_rows(steps):
+    """The reference machine's ledger rows of ``steps`` (latest per step), or a Note."""
+    from labkit import Ledger
+    from labkit.tables import latest_rows
+
+    path = REFERENCE / "ledger.jsonl"
+    if not path.exists():
+        return reference_table()
+    df = latest_rows(Ledger(path).read())
+    cols = [c for c in ("step", "machine", "fps", "latency_p50_ms", "map50", "mota") if c in df.columns]
+    return df[df["step"].isin(list(steps))][cols].reset_index(drop=True)
+
+
+def plot_tradeoff(frame, *, label: str, title: str = ""):
+    """Median latency (p50, ms) against throughput (frames/s), one labelled point per row of a
+    ledger or sweep frame; ``label`` names the column written beside each point."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 4), layout="constrained")
+    ax = fig.subplots()
+    ax.plot(frame["fps"], frame["latency_p50_ms"], "o-", zorder=3)
+    for value, x, y in zip(frame[label], frame["fps"], frame["latency_p50_ms"]):
+        ax.annotate(f"{label} {value}", (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points")
+    ax.set_xlabel("throughput (frames/s)")
+    ax.set_ylabel("latency p50 (ms)")
+    ax.set_title(title or f"latency against throughput, by {label}")
+    ax.grid(alpha=0.3)
+    ax.margins(0.15)
+    return fig
+
+
+# ----------------------------------------------------------------------------- the lab's steps
+def steps(mode: str = MODE, gpu: bool | None = None) -> dict[str, dict]:
+    """Every step of the lab in order: name -> flags of ``detect_video.py``.
+
+    Each step keeps the changes of the steps before it on the main path (queues, no OSD,
+    batching); the precision and INT8 steps are alternatives built on the batched pipeline.
+    The interval steps (notebook 06) build on whichever step was fastest, so they are added
+    there (see ``fastest``).
+    """
+    s = settings(mode, gpu)
+    batched = {"queues": True, "osd": False, "batch_size": s.batch}
+    out = {
+        "baseline": {},
+        "queues": {"queues": True},
+        "no_osd": {"queues": True, "osd": False},
+        **{f"batch{b}": {"queues": True, "osd": False, "batch_size": b} for b in s.batch_sizes},
+        **{f"streams{n}": {**batched, "streams": n} for n in s.streams},
+        "channels_last": {**batched, "channels_last": True},
+        "compile": {**batched, "compile": True},
+        "fp16": {**batched, "device": "cuda", "precision": "fp16"},
+        "fp16_cuda_graphs": {**batched, "device": "cuda", "precision": "fp16", "cuda_graphs": True},
+        "tensorrt_fp16": {**batched, "device": "cuda", "backend": "tensorrt", "precision": "fp16"},
+        "ort_fp32": {**batched, "device": "cpu", "backend": "onnxruntime"},
+        "ort_int8": {**batched, "device": "cpu", "backend": "onnxruntime", "precision": "int8"},
+        "tensorrt_int8": {**batched, "device": "cuda", "backend": "tensorrt", "precision": "int8"},
+    }
+    out[f"batch{s.batch}"] = batched  # the batched pipeline, whether or not it was swept
+    return out
+
+
+def flags(step: str, mode: str = MODE) -> dict:
+    """The flags of one step (a copy: change it freely)."""
+    return dict(steps(mode)[step])
+
+
+def fastest(candidates, *, accuracy_floor: float | None = None) -> str:
+    """The step among ``candidates`` with the highest fps in this machine's ledger.
+
+    ``accuracy_floor``: leave out steps whose mAP@0.5 is below it (e.g. 0.95 x the baseline's).
+    """
+    df = ledger(candidates)
+    if "fps" not in df.columns or df["fps"].notna().sum() == 0:
+        raise ValueError(f"none of {list(candidates)} has a ledger row with fps yet: run those steps first")
+    if accuracy_floor is not None and "map50" in df.columns:
+        df = df[df["map50"].isna() | (df["map50"] >= accuracy_floor)]
+    return str(df.loc[df["fps"].idxmax(), "step"])
+
+
+def table_columns(frame, *extra: str):
+    """The columns of a ledger or sweep frame worth showing: step, fps, latency, accuracy."""
+    cols = ["step", *extra, "fps", "spread", "latency_p50_ms", "latency_p99_ms", "map50", "mota"]
+    return frame[[c for c in dict.fromkeys(cols) if c in frame.columns]]
