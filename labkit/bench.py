@@ -203,7 +203,7 @@ def _tail(text: str, lines: int = 30) -> str:
 
 
 def _progress(total: int, desc: str, enabled: bool):
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # plain text bar: tqdm.auto needs ipywidgets in notebooks
 
     return tqdm(total=total, desc=desc, unit="run", disable=not enabled, file=sys.stderr, leave=False)
 
@@ -504,7 +504,7 @@ def sweep(base_command, param: str, values: Sequence, *, step: str, progress: bo
 
 
 def _iter(values, desc, enabled):
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # plain text bar: tqdm.auto needs ipywidgets in notebooks
 
     return tqdm(list(values), desc=desc, disable=not enabled, file=sys.stderr, leave=False)
 

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         total += dt
         print(f"run_lab: {book.name} done in {dt:.0f} s", flush=True)
     print(f"run_lab: {len(books)} notebooks in {total:.0f} s; executed copies in {args.out}; "
-          f"speed-up table in reports/speedup.md")
+          f"speed-up table in {Path(os.environ.get('LABKIT_REPORTS') or ROOT / 'reports') / 'speedup.md'}")
     return 0
 
 
