@@ -1,0 +1,84 @@
+#!/usr/bin/env python
+"""Save a finished lab run as reference results: reports/ -> reports/reference/<machine>/.
+
+    make lab && python scripts/save_reference.py h100
+
+Copies the ledger, the speed-up table and plots, the doctor's output, the SQLite exports of the
+baseline and of the fastest profiled step (a few hundred KB to a few MB each), and draws their
+timelines. ``labkit.speedup_table("reports/")`` reads every ``ledger.jsonl`` under reports/, so a
+GPU reference saved here appears as its own column beside this machine's. A CPU reference is best
+saved with ``--ledger-name ledger.reference.jsonl``: the same CPU model elsewhere would otherwise
+share its column.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "notebooks"))  # the lab's helper module (timeline windows)
+
+
+def _latest_profile(profiles: Path, step: str) -> Path | None:
+    hits = sorted(profiles.glob(f"{step}-*.sqlite"))
+    return hits[-1] if hits else None
+
+
+def _config(rows, step: str, key: str, default: int) -> int:
+    """The step's latest recorded value of a flag (warm-up frames, batch size)."""
+    col = f"config.{key}"
+    values = rows.loc[rows["step"] == step, col].dropna() if col in rows else []
+    return int(values.iloc[-1]) if len(values) else default
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("machine", help="folder name under reports/reference/, e.g. h100")
+    p.add_argument("--reports", type=Path, default=Path(os.environ.get("LABKIT_REPORTS") or ROOT / "reports"))
+    p.add_argument("--ledger-name", default="ledger.jsonl")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing reference folder")
+    args = p.parse_args(argv)
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import labkit
+    import lab
+
+    src, dst = args.reports, ROOT / "reports" / "reference" / args.machine
+    ledger = src / "ledger.jsonl"
+    if not ledger.exists():
+        print(f"save_reference: no {ledger}: run the lab first (make lab)", file=sys.stderr)
+        return 1
+    if dst.exists() and not args.overwrite:
+        print(f"save_reference: {dst} exists; pass --overwrite to replace it", file=sys.stderr)
+        return 1
+    dst.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(ledger, dst / args.ledger_name)
+    for name in ("speedup.md", "speedup.png", "fps_vs_map50.png", "stages.png"):
+        if (src / name).exists():
+            shutil.copy2(src / name, dst / name)
+    doctor = subprocess.run([sys.executable, "-m", "labkit", "doctor", "--probe"], capture_output=True, text=True)
+    (dst / "doctor.txt").write_text(doctor.stdout + doctor.stderr)
+
+    rows = labkit.Ledger(ledger).read()
+    table = labkit.speedup_table(ledger)
+    fastest = table.frame.index[table.speedup.iloc[:, 0].to_numpy().argmax()]
+    for step in dict.fromkeys(["baseline", "queues", fastest]):
+        db = _latest_profile(src / "profiles", step)
+        if db is None:
+            continue
+        shutil.copy2(db, dst / f"{step}.sqlite")
+        rep = labkit.load_report(db)
+        warm, batch = _config(rows, step, "warmup", 0), _config(rows, step, "batch_size", 1)
+        fig = labkit.plot_timeline(rep, window=lab.window(rep, warmup=-(-warm // batch), count=3))
+        fig.savefig(dst / f"timeline_{step}.png", dpi=100)
+    print(f"save_reference: wrote {dst} ({', '.join(sorted(p.name for p in dst.iterdir()))})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
