@@ -803,11 +803,13 @@ def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None 
     if seconds is None:
         warnings.append("every batch was warm-up: no timing (lower --warmup)")
     summary = annotate.stage_summary(skip_batches=warmup_batches)
+    # ms per timed frame: with --interval K, infer/preprocess run on every K-th frame only, so
+    # dividing by the frames they saw (stage_detail's ms_per_item) would overstate their cost.
     stage_ms = {}
     for name in STAGES:
         s = summary.get(name)
-        stage_ms[name] = round(s["total_ms"] / s["items"], 4) if s and s["items"] else (
-            round(s["mean_ms"], 4) if s else None)
+        per = state["timed_frames"] or (s["items"] if s else 0)
+        stage_ms[name] = round(s["total_ms"] / per, 4) if s and per else (round(s["mean_ms"], 4) if s else None)
     accuracy = _accuracy(cfg, gt, det_log, trk_log, n0, CLASS_NAMES)
     if gt is not None and sources[0].count < max(gt.keys(), default=-1) + 1 and cfg.frames is None and status == "ok":
         warnings.append(f"ground truth covers {max(gt.keys()) + 1} frames but {sources[0].count} were decoded")

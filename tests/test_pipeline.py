@@ -132,6 +132,10 @@ def test_interval_runs_detector_on_every_kth_frame(clip, tmp_path):
     assert doc["stage_detail"]["infer"]["items"] == 4
     assert doc["stage_detail"]["track"]["items"] == N
     assert "4 frames the detector ran on" in doc["accuracy"]["note"]
+    # `stages` is per processed frame: the detector's time is spread over all N frames.
+    infer = doc["stage_detail"]["infer"]
+    assert doc["stages"]["infer"] == pytest.approx(infer["total_ms"] / N, rel=1e-3, abs=1e-3)
+    assert doc["stages"]["infer"] < infer["ms_per_item"]
 
 
 def test_sync_and_queued_give_the_same_answer(clip, tmp_path):
