@@ -33,7 +33,8 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from labkit.errors import LabkitError
+from labkit.env import reports_dir
+from labkit.errors import LabkitError, output_tail
 from labkit.ledger import Ledger
 
 __all__ = ["run", "sweep", "run_parallel", "Result", "BenchError", "BenchWarning", "read_results",
@@ -60,8 +61,7 @@ HEADLINE = ("fps", "latency_p50_ms", "latency_p99_ms")
 
 
 def _reports(sub: str, given) -> Path:
-    # Read at call time, so a notebook may set LABKIT_REPORTS after importing labkit.
-    return Path(given) if given is not None else Path(os.environ.get("LABKIT_REPORTS", "reports")) / sub
+    return Path(given) if given is not None else reports_dir() / sub
 
 
 class BenchError(LabkitError):
@@ -196,10 +196,6 @@ def with_flag(command: Sequence[str], flag: str, value=True) -> list[str]:
     elif value is not None and value is not False:
         out += [flag, str(value)]
     return out
-
-
-def _tail(text: str, lines: int = 30) -> str:
-    return "\n".join(text.replace("\r", "\n").rstrip().splitlines()[-lines:])
 
 
 def _progress(total: int, desc: str, enabled: bool):
@@ -357,7 +353,7 @@ def _check_exit(proc_rc: int, argv: list[str], log: Path, step: str, what: str, 
     if proc_rc != 0:
         raise BenchError(f"benchmark {step!r}, {what}: the application exited with status {proc_rc}.\n"
                          f"command: {shlex.join(argv)}\nlast lines of its {stream} (full output: {log}):\n"
-                         f"{_tail(output) or '(empty)'}")
+                         f"{output_tail(output, 30) or '(empty)'}")
 
 
 def _row(repeat: int, profiled: bool, results: Path, log: Path, wall_s: float) -> dict:
@@ -375,7 +371,7 @@ def _run_once(argv: list[str], *, log: Path, env, timeout, step: str, what: str)
         out = out.decode(errors="replace") if isinstance(out, bytes) else out
         log.write_text(f"# {shlex.join(argv)}\n# timed out after {timeout} s\n{out}")
         raise BenchError(f"benchmark {step!r}, {what}: still running after timeout={timeout} s and was killed; "
-                         f"pass a larger timeout= or fewer frames. Last lines of its stderr:\n{_tail(out)}") from None
+                         f"pass a larger timeout= or fewer frames. Last lines of its stderr:\n{output_tail(out, 30)}") from None
     except OSError as exc:
         raise BenchError(f"benchmark {step!r}: cannot start {argv[0]!r} ({exc})") from None
     wall = time.perf_counter() - t0

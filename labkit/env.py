@@ -15,12 +15,14 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 __all__ = [
     "find_nsys",
     "nsys_version",
     "nsys_version_tuple",
     "package_version",
+    "reports_dir",
     "gpu_info",
     "torch_info",
     "cpu_model",
@@ -81,6 +83,14 @@ def nsys_version_tuple(path: str | None = None) -> tuple[int, ...] | None:
     """nsys version as a tuple of ints, e.g. ``(2022, 4, 2, 1)``."""
     v = nsys_version(path)
     return tuple(int(p) for p in v.split(".")) if v else None
+
+
+def reports_dir() -> Path:
+    """Where runs write profiles, results and the ledger: ``$LABKIT_REPORTS``, else ``reports``.
+
+    Read at call time, so a notebook may set the variable after importing labkit.
+    """
+    return Path(os.environ.get("LABKIT_REPORTS") or "reports")
 
 
 def package_version(name: str) -> str | None:

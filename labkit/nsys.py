@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from labkit.env import reports_dir
 from labkit.errors import LabkitError
+from labkit.errors import output_tail as _tail
 
 __all__ = [
     "profile",
@@ -62,10 +64,6 @@ def _nsys_or_raise(nsys: str | None = None) -> str:
         raise NsysNotFoundError(f"nsys not found{hint}: install it with scripts/install-nsys, or set LABKIT_NSYS "
                                 f"to the nsys executable")
     return path
-
-
-def _tail(text: str, lines: int = 25) -> str:
-    return "\n".join(text.replace("\r", "\n").strip().splitlines()[-lines:])
 
 
 def profile_command(command: Sequence[str], *, output: Path, trace=("cuda", "nvtx"), capture_range=None,
@@ -238,7 +236,7 @@ def cli_profile(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m labkit profile",
                                 description="Run a command under nsys; keep .nsys-rep, .sqlite and the program log.")
     p.add_argument("--name", help="report name (default: the program's file name)")
-    p.add_argument("--outdir", default=os.environ.get("LABKIT_REPORTS", "reports") + "/profiles")
+    p.add_argument("--outdir", default=str(reports_dir() / "profiles"))
     p.add_argument("--trace", default="cuda,nvtx")
     p.add_argument("--capture-range", default=None,
                    help="cudaProfilerApi, or an NVTX range name that starts the capture")

@@ -33,6 +33,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from labkit.env import reports_dir
 from labkit.errors import LabkitError
 from labkit.ledger import Ledger, frame_of
 
@@ -222,7 +223,7 @@ def speedup_table(source, *, baseline: str = "baseline", metric: str = "fps",
 
 def cli_table(argv: list[str]) -> int:
     """``python -m labkit table [PATH] [--metric fps] [--baseline baseline] [--machine M] [--output FILE]``."""
-    default = os.environ.get("LABKIT_REPORTS", "reports")
+    default = str(reports_dir())
     p = argparse.ArgumentParser(prog="python -m labkit table",
                                 description="Print the relative speed-up table (markdown) of a results ledger.")
     p.add_argument("path", nargs="?", default=default,
