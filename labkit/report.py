@@ -925,6 +925,42 @@ def _read_gpu(db: _Db) -> pd.DataFrame:
 _WHAT = ("nvtx", "kernels", "memcpy", "projection", "stages", "batches")
 
 
+def trim_export(src, dst, start_ns: int, end_ns: int) -> Path:
+    """Copy the SQLite export ``src`` to ``dst`` keeping only events that start in
+    ``[start_ns, end_ns)``, to share a small slice of a long run (the full ``.nsys-rep`` stays
+    the record). Every table with a ``start`` column is filtered; strings, threads, devices and
+    metadata are kept whole. Refuses to overwrite an existing ``dst``. Returns ``dst``.
+    """
+    import shutil
+
+    src, dst = Path(src), Path(dst)
+    if not src.is_file():
+        raise ReportError(f"{src}: no such export")
+    if dst.exists():
+        raise ReportError(f"{dst} exists: choose another path or remove it first")
+    if start_ns >= end_ns:
+        raise ValueError(f"empty window: start_ns {start_ns} >= end_ns {end_ns}")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".part")
+    shutil.copyfile(src, tmp)
+    con = sqlite3.connect(tmp)
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for t in tables:
+            cols = {r[1] for r in con.execute(f'PRAGMA table_info("{t}")')}
+            if "start" in cols:
+                con.execute(f'DELETE FROM "{t}" WHERE start < ? OR start >= ?', (int(start_ns), int(end_ns)))
+        con.commit()
+        con.execute("VACUUM")
+    except sqlite3.DatabaseError as e:
+        con.close()
+        tmp.unlink(missing_ok=True)
+        raise ReportError(f"{src}: cannot trim ({e}); is it a complete nsys SQLite export?") from None
+    con.close()
+    tmp.replace(dst)
+    return dst
+
+
 def cli_summary(argv: list[str]) -> int:
     """``python -m labkit summary REPORT [--what ...] [--csv]``: print one summary table."""
     p = argparse.ArgumentParser(prog="python -m labkit summary",

@@ -5,7 +5,8 @@
 
 Copies the ledger, the speed-up table and plots, the doctor's output, the SQLite exports of the
 baseline and of the fastest profiled step (a few hundred KB to a few MB each), and draws their
-timelines. ``labkit.speedup_table("reports/")`` reads every ``ledger.jsonl`` under reports/, so a
+timelines; an export over ``--max-mb`` is trimmed to ``--trim-batches`` steady-state batches
+(``labkit.report.trim_export``). ``labkit.speedup_table("reports/")`` reads every ``ledger.jsonl`` under reports/, so a
 GPU reference saved here appears as its own column beside this machine's. A CPU reference is best
 saved with ``--ledger-name ledger.reference.jsonl``: the same CPU model elsewhere would otherwise
 share its column.
@@ -41,12 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reports", type=Path, default=Path(os.environ.get("LABKIT_REPORTS") or ROOT / "reports"))
     p.add_argument("--ledger-name", default="ledger.jsonl")
     p.add_argument("--overwrite", action="store_true", help="replace an existing reference folder")
+    p.add_argument("--max-mb", type=float, default=4.0, help="exports larger than this are trimmed")
+    p.add_argument("--trim-batches", type=int, default=12, help="batches kept when trimming an export")
     args = p.parse_args(argv)
 
     import matplotlib
     matplotlib.use("Agg")
     import labkit
     import lab
+    from labkit.report import trim_export
 
     src, dst = args.reports, ROOT / "reports" / "reference" / args.machine
     ledger = src / "ledger.jsonl"
@@ -71,9 +75,18 @@ def main(argv: list[str] | None = None) -> int:
         db = _latest_profile(src / "profiles", step)
         if db is None:
             continue
-        shutil.copy2(db, dst / f"{step}.sqlite")
         rep = labkit.load_report(db)
         warm, batch = _config(rows, step, "warmup", 0), _config(rows, step, "batch_size", 1)
+        target = dst / f"{step}.sqlite"
+        target.unlink(missing_ok=True)
+        if db.stat().st_size > args.max_mb * 2**20:
+            # a long GPU run exports tens of MB: keep a steady-state slice of it
+            start, end = lab.window(rep, warmup=-(-warm // batch), count=args.trim_batches)
+            trim_export(db, target, start, end)
+            print(f"save_reference: {target.name}: {args.trim_batches} batches of {db.name} "
+                  f"({db.stat().st_size / 2**20:.1f} MB -> {target.stat().st_size / 2**20:.1f} MB)")
+        else:
+            shutil.copy2(db, target)
         fig = labkit.plot_timeline(rep, window=lab.window(rep, warmup=-(-warm // batch), count=3))
         fig.savefig(dst / f"timeline_{step}.png", dpi=100)
     print(f"save_reference: wrote {dst} ({', '.join(sorted(p.name for p in dst.iterdir()))})")

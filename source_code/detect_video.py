@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-hw", type=_hw, default=None, metavar="HxW",
                    help="network input size (multiples of 32; default 384x640)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--decode-only", action="store_true",
+                   help="only decode the same sources with the same decoder threads (the ceiling for frames/s)")
     return p
 
 
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         queues=args.queues, osd=args.osd, gpu_preprocess=args.gpu_preprocess, precision=args.precision,
         backend=args.backend, interval=args.interval, frames=args.frames, warmup=args.warmup, output=args.output,
         results=args.results, weights=args.weights, channels_last=args.channels_last, cuda_graphs=args.cuda_graphs,
-        compile=args.compile, input_hw=args.input_hw)
+        compile=args.compile, input_hw=args.input_hw, decode_only=args.decode_only)
     if args.results and any(Path(args.results).resolve() == Path(i).resolve() for i in args.input):
         print(f"{PROG}: error: --results {args.results} is an input file", file=sys.stderr)
         return 2

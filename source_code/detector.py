@@ -164,13 +164,13 @@ def decode(outputs, *, score_thresh: float = 0.3, max_det: int = 100) -> list[np
     keep = F.max_pool2d(heat, 3, stride=1, padding=1) == heat
     heat = heat * keep
     k = min(max_det, c * oh * ow)
-    scores, idx = heat.view(n, -1).topk(k)
+    scores, idx = heat.reshape(n, -1).topk(k)
     cls = idx // (oh * ow)
     pix = idx % (oh * ow)
     ys = (pix // ow).float()
     xs = (pix % ow).float()
-    wh = wh.view(n, 2, -1)
-    off = off.view(n, 2, -1)
+    wh = wh.reshape(n, 2, -1)
+    off = off.reshape(n, 2, -1)
     bw = wh[:, 0].gather(1, pix).clamp(min=0)
     bh = wh[:, 1].gather(1, pix).clamp(min=0)
     cx = xs + off[:, 0].gather(1, pix)

@@ -16,6 +16,7 @@ message and an exit code.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import queue
@@ -72,6 +73,7 @@ class PipelineConfig:
     compile: bool = False
     input_hw: tuple[int, int] | None = None
     queue_size: int = 4
+    decode_only: bool = False
 
 
 @dataclass
@@ -646,6 +648,31 @@ def environment(device) -> dict:
     return env
 
 
+def _flops(model, input_hw, count, folder: Path) -> int:
+    """FLOPs per frame, cached on disk by architecture and input size: counting traces a whole
+    forward pass and imports torch's compiler stack, seconds that every run would pay."""
+    import hashlib
+
+    arch = hashlib.sha1(repr([(k, tuple(v.shape)) for k, v in model.state_dict().items()]).encode()).hexdigest()[:16]
+    key = f"{type(model).__name__}-{arch}-{input_hw[0]}x{input_hw[1]}"
+    path = Path(folder) / "flops.json"
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if key in known:
+        return int(known[key])
+    value = int(count(model, input_hw))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"flops.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**known, key: value}))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache only costs time
+    return value
+
+
 def _percentile(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
@@ -671,6 +698,64 @@ def _accuracy(cfg: PipelineConfig, gt_frames: dict | None, det_log: dict, trk_lo
             "note": f"stream 0, {n_frames} frames; map50 over the {len(det_frames)} frames the detector ran on"}
 
 
+def _run_decode_only(cfg: PipelineConfig, sources: list[VideoSource], device, warnings: list[str]) -> dict:
+    """Decode the same sources with the same decoder threads and nothing else: the ceiling that
+    the full pipeline's frames/s is compared with (``--decode-only``)."""
+    muxer = Muxer(sources, batch_size=cfg.batch_size, interval=1, threaded=cfg.streams > 1 or cfg.queues,
+                  queue_size=cfg.queue_size)
+    warmup_batches = math.ceil(cfg.warmup / cfg.batch_size) if cfg.warmup else 0
+    state = {"frames": 0, "timed": 0, "t_start": None, "t_end": None, "latency": []}
+
+    def sink(b: Batch) -> None:
+        state["frames"] += len(b.frames)
+        if b.index < warmup_batches:
+            state["t_start"] = b.done_ns
+            return
+        state["timed"] += len(b.frames)
+        state["t_end"] = b.done_ns
+        state["latency"].extend((b.done_ns - t0) / 1e6 for t0 in b.read_ns)
+
+    annotate.reset()
+    t_run = time.perf_counter_ns()
+    try:
+        run_sync(muxer, [], sink)
+    finally:
+        muxer.close()
+    if state["frames"] == 0:
+        raise PipelineError(f"{sources[0].path} has no decodable frames (empty, damaged or truncated video)", 1)
+    status = "ok"
+    for s in sources:
+        if s.truncated():
+            status = "partial"
+            warnings.append(f"{s.path}: decoding stopped at frame {s.count} of {s.declared} declared")
+    if state["t_start"] is None:
+        state["t_start"] = t_run
+    seconds = (state["t_end"] - state["t_start"]) / 1e9 if state["t_end"] and state["timed"] else None
+    if seconds is None:
+        warnings.append("every batch was warm-up: no timing (lower --warmup)")
+    summary = annotate.stage_summary(skip_batches=warmup_batches)
+    dec = summary.get("decode")
+    return {
+        "schema": RESULTS_SCHEMA, "status": status, "frames": state["frames"], "timed_frames": state["timed"],
+        "warmup_frames": state["frames"] - state["timed"],
+        "seconds": round(seconds, 6) if seconds else None,
+        "fps": round(state["timed"] / seconds, 4) if seconds else None,
+        "stages": {name: (round(dec["total_ms"] / state["timed"], 4) if name == "decode" and dec and state["timed"]
+                          else None) for name in STAGES},
+        "stage_detail": {k: {kk: (round(vv, 4) if isinstance(vv, float) else vv) for kk, vv in v.items()}
+                         for k, v in summary.items()},
+        "latency_ms": {"p50": _percentile(state["latency"], 50), "p99": _percentile(state["latency"], 99)},
+        "accuracy": {"map50": None, "mota": None, "idf1": None, "hota": None,
+                     "note": "--decode-only: nothing detected, no accuracy"},
+        "config": {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()},
+                   "device_resolved": str(device), "output": None, "backend_name": "none (decode only)"},
+        "model": None,
+        "env": environment(device),
+        "output_frames": 0,
+        "warnings": warnings,
+    }
+
+
 def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None = None) -> dict:
     """Run the pipeline described by ``cfg``; return the results document (see README)."""
     validate(cfg)
@@ -684,7 +769,7 @@ def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None 
     input_hw = tuple(cfg.input_hw) if cfg.input_hw else tuple(INPUT_HW)
     warnings: list[str] = []
     inputs = list(cfg.inputs) if len(cfg.inputs) > 1 else [cfg.inputs[0]] * cfg.streams
-    out_path = Path(cfg.output) if cfg.output else (default_output(inputs[0]) if cfg.osd else None)
+    out_path = Path(cfg.output) if cfg.output else (default_output(inputs[0]) if cfg.osd and not cfg.decode_only else None)
     if out_path is not None:
         for p in inputs:
             if _same_file(out_path, Path(p)):
@@ -701,6 +786,8 @@ def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None 
             s.close()
         raise PipelineError(f"{inputs[0]} has no decodable frames (empty, damaged or truncated video)", 1)
 
+    if cfg.decode_only:
+        return _run_decode_only(cfg, sources, device, warnings)
     try:
         model = load_detector(cfg.weights, device=device)
     except FileNotFoundError as e:
@@ -712,7 +799,7 @@ def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None 
 
     model_info = {"weights": str(cfg.weights or DEFAULT_WEIGHTS),
                   "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 3),
-                  "gflops_per_frame": round(count_flops(model, input_hw) / 1e9, 3),
+                  "gflops_per_frame": round(_flops(model, input_hw, count_flops, backends.default_cache_dir()) / 1e9, 3),
                   "flops_convention": "FlopCounterMode, 2 FLOPs per multiply-accumulate, at input_hw"}
     try:
         infer_fn = backends.make_backend(model, backend=cfg.backend, precision=cfg.precision, device=device,

@@ -59,6 +59,17 @@ def test_decode_respects_threshold_and_max_det():
     assert all(len(d) == 0 or d[:, 4].min() >= 0.9 for d in decode(out, score_thresh=0.9, max_det=100))
 
 
+def test_decode_accepts_channels_last_outputs():
+    # a channels_last network (--channels-last) returns non-contiguous maps; decode must not
+    # assume a contiguous layout (it once called .view and failed on the GPU)
+    torch.manual_seed(2)
+    out = (torch.randn(3, 2, 24, 40) * 3, torch.rand(3, 2, 24, 40) * 5, torch.rand(3, 2, 24, 40))
+    cl = tuple(o.to(memory_format=torch.channels_last) for o in out)
+    assert not cl[0].is_contiguous()
+    for a, b in zip(decode(out, score_thresh=0.3, max_det=20), decode(cl, score_thresh=0.3, max_det=20)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_scale_boxes_maps_to_frame():
     d = np.array([[10, 20, 30, 40, 0.9, 0]], np.float32)
     s = scale_boxes(d, (384, 640), (720, 1280))
