@@ -677,7 +677,7 @@ def _read_nvtx(db: _Db, strings: np.ndarray, thread_names: dict, notes: list) ->
         pid = (c["gtid"] >> 24) & _TID_MASK
         keys = pd.MultiIndex.from_arrays([c["domain_id"], pid])
         ser = pd.Series(list(dmap.values()), index=pd.MultiIndex.from_tuples(list(dmap.keys())), dtype=object)
-        domain = ser.reindex(keys).to_numpy(dtype=object)
+        domain = np.array(ser.reindex(keys).to_numpy(dtype=object), dtype=object)  # a writable copy (pandas 3: read-only view)
         domain[pd.isna(domain)] = ""
 
     typ = c["type"]

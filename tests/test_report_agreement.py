@@ -38,6 +38,8 @@ NVTX_CASES = [
     ("gputest.nvtx-only.nsys2022.4.sqlite", "gputest.nvtx-only.nsys2022.4.nvtxsum.csv", "2022"),
     ("gputest.nsys2025.3.sqlite", "gputest.nsys2025.3.nvtx_sum.csv", "2025"),
     ("gputest.nsys2025.3.sqlite", "gputest.nsys2025.3.stats2022.4.nvtxsum.csv", "2022"),
+    # a named domain: its NvtxDomainCreate row once broke load_report under pandas 3
+    ("domains.nsys2022.4.sqlite", "domains.nsys2022.4.nvtxsum.csv", "2022"),
 ]
 
 
