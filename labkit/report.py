@@ -940,16 +940,28 @@ def trim_export(src, dst, start_ns: int, end_ns: int) -> Path:
         raise ReportError(f"{dst} exists: choose another path or remove it first")
     if start_ns >= end_ns:
         raise ValueError(f"empty window: start_ns {start_ns} >= end_ns {end_ns}")
+    with open(src, "rb") as f:
+        if f.read(16) != b"SQLite format 3\x00":
+            raise ReportError(f"{src}: not an SQLite file (export a .nsys-rep with load_report or nsys export first)")
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(dst.name + ".part")
     shutil.copyfile(src, tmp)
     con = sqlite3.connect(tmp)
     try:
         tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        if "StringIds" not in tables:
+            raise sqlite3.DatabaseError("no StringIds table")
+        # domain create/destroy rows name the domains of every range: keep them wherever they lie
+        keep_types = [r[0] for r in con.execute("SELECT id FROM ENUM_NSYS_EVENT_TYPE WHERE name IN "
+                                                "('NvtxDomainCreate', 'NvtxDomainDestroy')")] \
+            if "ENUM_NSYS_EVENT_TYPE" in tables else []
         for t in tables:
             cols = {r[1] for r in con.execute(f'PRAGMA table_info("{t}")')}
-            if "start" in cols:
-                con.execute(f'DELETE FROM "{t}" WHERE start < ? OR start >= ?', (int(start_ns), int(end_ns)))
+            if "start" not in cols:
+                continue
+            keep = (f" AND eventType NOT IN ({', '.join(str(int(k)) for k in keep_types)})"
+                    if keep_types and "eventType" in cols else "")
+            con.execute(f'DELETE FROM "{t}" WHERE (start < ? OR start >= ?){keep}', (int(start_ns), int(end_ns)))
         con.commit()
         con.execute("VACUUM")
     except sqlite3.DatabaseError as e:

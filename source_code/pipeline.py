@@ -660,8 +660,12 @@ def _flops(model, input_hw, count, folder: Path) -> int:
         known = json.loads(path.read_text())
     except (OSError, ValueError):
         known = {}
-    if key in known:
+    if not isinstance(known, dict):
+        known = {}
+    try:
         return int(known[key])
+    except (KeyError, TypeError, ValueError):
+        pass
     value = int(count(model, input_hw))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -701,9 +705,14 @@ def _accuracy(cfg: PipelineConfig, gt_frames: dict | None, det_log: dict, trk_lo
 def _run_decode_only(cfg: PipelineConfig, sources: list[VideoSource], device, warnings: list[str]) -> dict:
     """Decode the same sources with the same decoder threads and nothing else: the ceiling that
     the full pipeline's frames/s is compared with (``--decode-only``)."""
+    warmup_batches = math.ceil(cfg.warmup / cfg.batch_size) if cfg.warmup else 0
+    total_est = sum((s.expected() or 0) for s in sources)
+    if warmup_batches and total_est and warmup_batches * cfg.batch_size >= total_est:
+        warnings.append(f"--warmup {cfg.warmup} covers the whole run ({total_est} frames): timing includes warm-up")
+        warmup_batches = 0
+    annotate.reset()  # before the decoder threads start recording
     muxer = Muxer(sources, batch_size=cfg.batch_size, interval=1, threaded=cfg.streams > 1 or cfg.queues,
                   queue_size=cfg.queue_size)
-    warmup_batches = math.ceil(cfg.warmup / cfg.batch_size) if cfg.warmup else 0
     state = {"frames": 0, "timed": 0, "t_start": None, "t_end": None, "latency": []}
 
     def sink(b: Batch) -> None:
@@ -715,7 +724,6 @@ def _run_decode_only(cfg: PipelineConfig, sources: list[VideoSource], device, wa
         state["t_end"] = b.done_ns
         state["latency"].extend((b.done_ns - t0) / 1e6 for t0 in b.read_ns)
 
-    annotate.reset()
     t_run = time.perf_counter_ns()
     try:
         run_sync(muxer, [], sink)
@@ -817,6 +825,7 @@ def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None 
             warnings.append(f"ignoring ground truth {gt_file}: {e}")
 
     threaded_decode = cfg.streams > 1 or cfg.queues
+    annotate.reset()  # before the decoder threads start recording
     muxer = Muxer(sources, batch_size=cfg.batch_size, interval=cfg.interval, threaded=threaded_decode,
                   queue_size=cfg.queue_size)
     display = Display(osd=cfg.osd, output=out_path, fps=sources[0].fps, class_names=CLASS_NAMES)
@@ -855,7 +864,6 @@ def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None 
         if progress and b.index % 50 == 0:
             progress(f"batch {b.index}: {state['frames']} frames")
 
-    annotate.reset()
     t_run = time.perf_counter_ns()
     status = "ok"
     try:
