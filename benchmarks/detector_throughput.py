@@ -91,6 +91,10 @@ def run(*, configs: list[str], batch_sizes: list[int], device: str, min_seconds:
             row = dict(config=label, backend=kwargs["backend"], precision=kwargs["precision"], batch_size=batch,
                        frames_per_s="", ms_per_batch="", iters="", setup_s="", status="ok", reason="",
                        backend_name="", load_avg_1m="", **common)
+            if kwargs.get("compile"):
+                # a fresh compiler cache per point: after 8 shapes/dtypes of the same forward, dynamo
+                # stops recompiling and silently runs it eagerly (seen on the H100 at fp16, batch 32)
+                torch._dynamo.reset()
             t0 = time.perf_counter()
             try:
                 backend = make_backend(model, device=device, batch_size=batch, cache_dir=cache_dir, **kwargs)

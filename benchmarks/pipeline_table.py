@@ -115,6 +115,8 @@ def _flag_text(flags: dict) -> str:
 
 def markdown(df: pd.DataFrame, header: str) -> str:
     show = df.copy()
+    if "runs" in show and "spread" in show:
+        show["spread"] = show["spread"].where(show["runs"] > 1)  # one run has no spread
     for col, fmt in (("fps", "{:.1f}"), ("spread", "{:.1%}"), ("speedup", "{:.2f}x"), ("of_decode_only", "{:.0%}"),
                      ("latency_p50_ms", "{:.1f}"), ("latency_p99_ms", "{:.1f}"), ("map50", "{:.3f}"),
                      ("mota", "{:.3f}")):
@@ -175,11 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     df = table(results, {n: all_flags[n] for n in names})
     rows = ledger.rows()
     machine = machine_label(rows[-1]["env"]) if rows else "unknown machine"
+    given = " ".join(sys.argv[1:] if argv is None else argv)
     header = (f"Pipeline configurations on {machine}: {frames} frames per stream of `{clip.name}` "
-              f"(1280x720 unless --input says otherwise), {args.warmup} warm-up frames, median of {args.repeats} "
-              f"runs; `python benchmarks/pipeline_table.py --repeats {args.repeats} --batch-size {args.batch_size} "
-              f"--streams {args.streams} --seconds {args.seconds:g}`. `of_decode_only`: frames/s over the decode-only "
-              f"frames/s of the same streams, measured in the same run.")
+              f"(1280x720 unless --input says otherwise), {args.warmup} warm-up frames; `fps` is the median of "
+              f"`runs` runs, `spread` their (max - min) / median. Command: `python benchmarks/pipeline_table.py "
+              f"{given}`. `of_decode_only`: frames/s over the decode-only frames/s of the same sources and "
+              f"decoder threads, measured in the same run.")
     text = markdown(df, header)
     (args.out / "pipeline_table.md").write_text(text)
     df.to_csv(args.out / "pipeline_table.csv", index=False)
