@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("machine", help="folder name under reports/reference/, e.g. h100")
     p.add_argument("--reports", type=Path, default=Path(os.environ.get("LABKIT_REPORTS") or ROOT / "reports"))
     p.add_argument("--ledger-name", default="ledger.jsonl")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing reference folder")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing reference ledger (and the files saved beside it)")
     p.add_argument("--max-mb", type=float, default=4.0, help="exports larger than this are trimmed")
     p.add_argument("--trim-batches", type=int, default=12, help="batches kept when trimming an export")
     args = p.parse_args(argv)
@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     if not ledger.exists():
         print(f"save_reference: no {ledger}: run the lab first (make lab)", file=sys.stderr)
         return 1
-    if dst.exists() and not args.overwrite:
-        print(f"save_reference: {dst} exists; pass --overwrite to replace it", file=sys.stderr)
+    if (dst / args.ledger_name).exists() and not args.overwrite:
+        print(f"save_reference: {dst / args.ledger_name} exists; pass --overwrite to replace it", file=sys.stderr)
         return 1
     dst.mkdir(parents=True, exist_ok=True)
     shutil.copy2(ledger, dst / args.ledger_name)
