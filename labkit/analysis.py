@@ -411,6 +411,56 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
 
 
 # ----------------------------------------------------------------------------- copies
+def _stage_rows(rep, names, warmup: int) -> pd.DataFrame:
+    nv = rep.nvtx
+    r = nv[(nv["kind"] == "push_pop") & nv["name"].isin(list(names))]
+    if warmup:
+        pay = r["payload"].astype("float64")
+        r = r[~(pay.notna() & (pay < warmup))]
+    return r
+
+
+def steady_window(rep, *, stage: str = "infer", warmup: int = 0, count: int = 3) -> tuple[int, int]:
+    """(start_ns, end_ns) of a window about ``count`` batches wide, past the warm-up.
+
+    The window starts half a period before the first ``stage`` range whose payload (batch index)
+    is at least ``warmup``, the period being the median time between consecutive ``stage``
+    ranges, so it shows that many batches whether the stages run one after another or overlap.
+    For ``plot_timeline(rep, window=...)`` and ``labkit.report.trim_export``.
+    """
+    r = _stage_rows(rep, [stage], warmup)
+    if len(r) == 0:
+        raise ValueError(f"no '{stage}' ranges past the warm-up in this report: was it profiled with NVTX?")
+    starts = np.sort(r["start_ns"].to_numpy())
+    if len(starts) < 2:
+        return int(r["start_ns"].min()), int(r["end_ns"].max())
+    period = float(np.median(np.diff(starts)))
+    return int(starts[0] - period / 2), int(starts[0] + (count - 0.5) * period)
+
+
+def stage_overlap(rep, stages, *, warmup: int = 0) -> dict:
+    """How much the ranges named ``stages`` ran at the same time (any threads).
+
+    Ranges of batches below ``warmup`` are left out. Returns ``busy_ms`` (time with at least one
+    stage running), ``stage_ms`` (all stage time added up), ``concurrency`` (stage_ms / busy_ms:
+    1.0 when stages never overlap) and ``overlap_frac`` (share of busy_ms with two or more
+    stages running).
+    """
+    r = _stage_rows(rep, stages, warmup)
+    if len(r) == 0:
+        return {"busy_ms": 0.0, "stage_ms": 0.0, "concurrency": float("nan"), "overlap_frac": float("nan")}
+    t = np.concatenate([r["start_ns"].to_numpy(), r["end_ns"].to_numpy()])
+    step = np.concatenate([np.ones(len(r), dtype=np.int64), -np.ones(len(r), dtype=np.int64)])
+    order = np.lexsort((step, t))  # at equal times an end comes before a start
+    t, running = t[order], np.cumsum(step[order])[:-1]
+    dt = np.diff(t)
+    busy, two = float(dt[running >= 1].sum()), float(dt[running >= 2].sum())
+    total = float((r["end_ns"] - r["start_ns"]).sum())
+    nan = float("nan")
+    return {"busy_ms": busy / 1e6, "stage_ms": total / 1e6, "concurrency": total / busy if busy else nan,
+            "overlap_frac": two / busy if busy else nan}
+
+
 def pageable_copies(rep) -> pd.DataFrame:
     """Asynchronous memcpy calls that touch pageable host memory (they run synchronously and
     cannot overlap; pin the host buffer). Same rule as ``nsys analyze -r cuda_memcpy_async``.

@@ -483,6 +483,18 @@ class Report:
 
         return bottleneck(self, **kwargs)
 
+    def steady_window(self, *, stage: str = "infer", warmup: int = 0, count: int = 3) -> tuple[int, int]:
+        """(start_ns, end_ns) about ``count`` batches wide past the warm-up (see labkit.analysis)."""
+        from labkit.analysis import steady_window
+
+        return steady_window(self, stage=stage, warmup=warmup, count=count)
+
+    def stage_overlap(self, stages, *, warmup: int = 0) -> dict:
+        """How much the named stage ranges ran at the same time (see labkit.analysis)."""
+        from labkit.analysis import stage_overlap
+
+        return stage_overlap(self, stages, warmup=warmup)
+
     def pageable_copies(self) -> pd.DataFrame:
         """Async memcpys from/to pageable memory (what ``nsys analyze -r cuda_memcpy_async`` flags)."""
         from labkit.analysis import pageable_copies

@@ -347,54 +347,19 @@ def ranges(result, names):
 
 
 def overlap(rep, *, warmup: int = 0) -> dict:
-    """How much the pipeline's stages ran at the same time, from the NVTX stage ranges.
+    """How much the pipeline's stages ran at the same time: ``rep.stage_overlap(STAGES)``
+    (``labkit.analysis.stage_overlap``), batches below ``warmup`` left out."""
+    from labkit.analysis import stage_overlap
 
-    Ranges of batches below ``warmup`` are left out. Returns ``busy_ms`` (time with at least one
-    stage running), ``stage_ms`` (all stage time added up), ``concurrency`` (stage_ms / busy_ms:
-    1.0 when stages never overlap) and ``overlap_frac`` (share of busy_ms with two or more
-    stages running).
-    """
-    import numpy as np
-
-    nv = rep.nvtx
-    r = nv[(nv["kind"] == "push_pop") & nv["name"].isin(STAGES)]
-    if warmup:
-        pay = r["payload"]
-        r = r[~(pay.notna() & (pay.astype("float64") < warmup))]
-    if len(r) == 0:
-        return {"busy_ms": 0.0, "stage_ms": 0.0, "concurrency": math.nan, "overlap_frac": math.nan}
-    t = np.concatenate([r["start_ns"].to_numpy(), r["end_ns"].to_numpy()])
-    step = np.concatenate([np.ones(len(r), dtype=np.int64), -np.ones(len(r), dtype=np.int64)])
-    order = np.lexsort((step, t))  # at equal times an end comes before a start
-    t, running = t[order], np.cumsum(step[order])[:-1]
-    dt = np.diff(t)
-    busy, two = float(dt[running >= 1].sum()), float(dt[running >= 2].sum())
-    total = float((r["end_ns"] - r["start_ns"]).sum())
-    return {"busy_ms": busy / 1e6, "stage_ms": total / 1e6, "concurrency": total / busy if busy else math.nan,
-            "overlap_frac": two / busy if busy else math.nan}
+    return stage_overlap(rep, STAGES, warmup=warmup)
 
 
 def window(rep, *, warmup: int = 0, count: int = 3, stage: str = "infer") -> tuple[int, int]:
-    """(start_ns, end_ns) of a timeline window about ``count`` batches wide, in steady state.
+    """A timeline window ``count`` batches wide in steady state: ``rep.steady_window``
+    (``labkit.analysis.steady_window``)."""
+    from labkit.analysis import steady_window
 
-    The window starts half a period before the first ``stage`` range past the warm-up, where
-    the period is the median time between consecutive ``stage`` ranges, so it shows that many
-    batches whether the stages run one after another or overlap.
-    """
-    import numpy as np
-
-    nv = rep.nvtx
-    r = nv[(nv["kind"] == "push_pop") & (nv["name"] == stage)]
-    if warmup:
-        pay = r["payload"]
-        r = r[~(pay.notna() & (pay.astype("float64") < warmup))]
-    if len(r) == 0:
-        raise ValueError(f"no '{stage}' ranges past the warm-up in this report: was it profiled with NVTX?")
-    starts = np.sort(r["start_ns"].to_numpy())
-    if len(starts) < 2:
-        return int(r["start_ns"].min()), int(r["end_ns"].max())
-    period = float(np.median(np.diff(starts)))
-    return int(starts[0] - period / 2), int(starts[0] + (count - 0.5) * period)
+    return steady_window(rep, stage=stage, warmup=warmup, count=count)
 
 
 def _as_result(x):

@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "notebooks"))  # the lab's helper module (timeline windows)
 
 
 def _latest_profile(profiles: Path, step: str) -> Path | None:
@@ -49,7 +48,6 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib
     matplotlib.use("Agg")
     import labkit
-    import lab
     from labkit.report import trim_export
 
     src, dst = args.reports, ROOT / "reports" / "reference" / args.machine
@@ -81,13 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         target.unlink(missing_ok=True)
         if db.stat().st_size > args.max_mb * 2**20:
             # a long GPU run exports tens of MB: keep a steady-state slice of it
-            start, end = lab.window(rep, warmup=-(-warm // batch), count=args.trim_batches)
+            start, end = rep.steady_window(warmup=-(-warm // batch), count=args.trim_batches)
             trim_export(db, target, start, end)
             print(f"save_reference: {target.name}: {args.trim_batches} batches of {db.name} "
                   f"({db.stat().st_size / 2**20:.1f} MB -> {target.stat().st_size / 2**20:.1f} MB)")
         else:
             shutil.copy2(db, target)
-        fig = labkit.plot_timeline(rep, window=lab.window(rep, warmup=-(-warm // batch), count=3))
+        fig = labkit.plot_timeline(rep, window=rep.steady_window(warmup=-(-warm // batch), count=3))
         fig.savefig(dst / f"timeline_{step}.png", dpi=100)
     print(f"save_reference: wrote {dst} ({', '.join(sorted(p.name for p in dst.iterdir()))})")
     return 0

@@ -1,0 +1,53 @@
+"""labkit.analysis.steady_window and stage_overlap on a real export (annotated.nsys2022.4.sqlite:
+a decoder thread and a worker thread, so decode overlaps preprocess/infer)."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from labkit import load_report
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def rep():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_report(FIX / "annotated.nsys2022.4.sqlite")
+
+
+def test_steady_window_spans_count_periods_from_the_first_batch_past_warmup(rep):
+    nv = rep.nvtx
+    infer = nv[(nv["name"] == "infer") & (nv["kind"] == "push_pop")]
+    starts = np.sort(infer.loc[infer["payload"].astype(float) >= 1, "start_ns"].to_numpy())
+    period = np.median(np.diff(starts))
+    start, end = rep.steady_window(warmup=1, count=2)
+    assert start == int(starts[0] - period / 2) and end == int(starts[0] + 1.5 * period)
+    # the window holds exactly `count` infer starts
+    assert ((starts >= start) & (starts < end)).sum() == 2
+    with pytest.raises(ValueError, match="no 'infer' ranges"):
+        rep.steady_window(warmup=10_000)
+
+
+def test_stage_overlap_agrees_with_a_brute_force_count(rep):
+    names = ["decode", "preprocess", "infer"]
+    got = rep.stage_overlap(names, warmup=1)
+    nv = rep.nvtx
+    r = nv[nv["name"].isin(names) & (nv["kind"] == "push_pop") & (nv["payload"].astype(float) >= 1)]
+    s, e = r["start_ns"].to_numpy(), r["end_ns"].to_numpy()
+    cuts = np.unique(np.concatenate([s, e]))
+    mids = (cuts[:-1] + cuts[1:]) / 2
+    active = ((s[None, :] <= mids[:, None]) & (e[None, :] > mids[:, None])).sum(1)
+    widths = np.diff(cuts)
+    busy, two = widths[active >= 1].sum() / 1e6, widths[active >= 2].sum() / 1e6
+    assert got["busy_ms"] == pytest.approx(busy) and got["stage_ms"] == pytest.approx((e - s).sum() / 1e6)
+    assert got["overlap_frac"] == pytest.approx(two / busy)
+    assert got["concurrency"] > 1.0  # the decoder thread runs beside the worker
+    # one stage on one thread never overlaps itself
+    solo = rep.stage_overlap(["infer"])
+    assert solo["concurrency"] == pytest.approx(1.0) and solo["overlap_frac"] == 0.0
+    assert np.isnan(rep.stage_overlap(["nothing"])["concurrency"])
