@@ -33,6 +33,7 @@ import pandas as pd
 from labkit import bench
 from labkit.errors import LabkitError
 from labkit.ledger import Ledger, machine_label
+from source_code.detect_video import flag_args
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "source_code" / "detect_video.py"
@@ -71,16 +72,8 @@ def ceiling(flags: dict) -> str:
 
 
 def command(clip: Path, frames: int, device: str, flags: dict) -> list[str]:
-    cmd = [sys.executable, str(APP), "--input", str(clip), "--frames", str(frames), "--device", device]
-    for key, value in flags.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            cmd.append(flag)
-        elif value is False and key == "osd":
-            cmd.append("--no-osd")
-        else:
-            cmd += [flag, str(value)]
-    return cmd
+    return [sys.executable, str(APP), "--input", str(clip), "--frames", str(frames), "--device", device,
+            *flag_args(flags)]
 
 
 def table(results: dict[str, object], all_flags: dict[str, dict]) -> pd.DataFrame:
@@ -109,8 +102,7 @@ def table(results: dict[str, object], all_flags: dict[str, dict]) -> pd.DataFram
 def _flag_text(flags: dict) -> str:
     if not flags:
         return "batch 1, sync, CPU preprocess, OSD + video, fp32"
-    return " ".join(("--" + k.replace("_", "-")) if v is True else "--no-osd" if (k == "osd" and v is False)
-                    else f"--{k.replace('_', '-')} {v}" for k, v in flags.items())
+    return " ".join(flag_args(flags))
 
 
 def markdown(df: pd.DataFrame, header: str) -> str:

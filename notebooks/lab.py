@@ -161,15 +161,9 @@ def app_command(*, video: Path | None = None, mode: str = MODE, **flags) -> list
     cmd = [sys.executable, str(APP), "--input", str(video or sample_video(mode)), "--frames", str(s.frames)]
     if s.input_hw and "input_hw" not in flags:
         cmd += ["--input-hw", s.input_hw]
-    for key, value in flags.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            cmd.append(flag)
-        elif value is False and key == "osd":
-            cmd.append("--no-osd")
-        elif value is not None and value is not False:
-            cmd += [flag, str(value)]
-    return cmd
+    from source_code.detect_video import flag_args
+
+    return cmd + flag_args(flags)
 
 
 @functools.lru_cache(maxsize=1)

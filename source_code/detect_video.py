@@ -66,6 +66,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def flag_args(flags: dict) -> list[str]:
+    """Command-line options from snake-case ``flags``: ``batch_size=4`` -> ``--batch-size 4``,
+    ``queues=True`` -> ``--queues``, ``osd=False`` -> ``--no-osd``; ``None``/``False`` leave an
+    option out. Used by the lab and the benchmarks to build this program's command."""
+    out: list[str] = []
+    for key, value in flags.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is False and key == "osd":
+            out.append("--no-osd")
+        elif value is not None and value is not False:
+            out += [flag, str(value)]
+    return out
+
+
 def _write_results(path: str | None, doc: dict) -> None:
     if not path:
         return

@@ -702,74 +702,48 @@ def _accuracy(cfg: PipelineConfig, gt_frames: dict | None, det_log: dict, trk_lo
             "note": f"stream 0, {n_frames} frames; map50 over the {len(det_frames)} frames the detector ran on"}
 
 
-def _run_decode_only(cfg: PipelineConfig, sources: list[VideoSource], device, warnings: list[str]) -> dict:
-    """Decode the same sources with the same decoder threads and nothing else: the ceiling that
-    the full pipeline's frames/s is compared with (``--decode-only``)."""
-    warmup_batches = math.ceil(cfg.warmup / cfg.batch_size) if cfg.warmup else 0
-    total_est = sum((s.expected() or 0) for s in sources)
-    if warmup_batches and total_est and warmup_batches * cfg.batch_size >= total_est:
-        warnings.append(f"--warmup {cfg.warmup} covers the whole run ({total_est} frames): timing includes warm-up")
-        warmup_batches = 0
-    annotate.reset()  # before the decoder threads start recording
-    muxer = Muxer(sources, batch_size=cfg.batch_size, interval=1, threaded=cfg.streams > 1 or cfg.queues,
-                  queue_size=cfg.queue_size)
-    state = {"frames": 0, "timed": 0, "t_start": None, "t_end": None, "latency": []}
+def _detector(cfg: PipelineConfig, device, input_hw):
+    """Load the detector and build its inference backend: (model info for the results, backend)."""
+    from source_code import backends
+    from source_code.detector import DEFAULT_WEIGHTS, count_flops, load_detector
 
-    def sink(b: Batch) -> None:
-        state["frames"] += len(b.frames)
-        if b.index < warmup_batches:
-            state["t_start"] = b.done_ns
-            return
-        state["timed"] += len(b.frames)
-        state["t_end"] = b.done_ns
-        state["latency"].extend((b.done_ns - t0) / 1e6 for t0 in b.read_ns)
-
-    t_run = time.perf_counter_ns()
     try:
-        run_sync(muxer, [], sink)
-    finally:
-        muxer.close()
-    if state["frames"] == 0:
-        raise PipelineError(f"{sources[0].path} has no decodable frames (empty, damaged or truncated video)", 1)
-    status = "ok"
-    for s in sources:
-        if s.truncated():
-            status = "partial"
-            warnings.append(f"{s.path}: decoding stopped at frame {s.count} of {s.declared} declared")
-    if state["t_start"] is None:
-        state["t_start"] = t_run
-    seconds = (state["t_end"] - state["t_start"]) / 1e9 if state["t_end"] and state["timed"] else None
-    if seconds is None:
-        warnings.append("every batch was warm-up: no timing (lower --warmup)")
-    summary = annotate.stage_summary(skip_batches=warmup_batches)
-    dec = summary.get("decode")
-    return {
-        "schema": RESULTS_SCHEMA, "status": status, "frames": state["frames"], "timed_frames": state["timed"],
-        "warmup_frames": state["frames"] - state["timed"],
-        "seconds": round(seconds, 6) if seconds else None,
-        "fps": round(state["timed"] / seconds, 4) if seconds else None,
-        "stages": {name: (round(dec["total_ms"] / state["timed"], 4) if name == "decode" and dec and state["timed"]
-                          else None) for name in STAGES},
-        "stage_detail": {k: {kk: (round(vv, 4) if isinstance(vv, float) else vv) for kk, vv in v.items()}
-                         for k, v in summary.items()},
-        "latency_ms": {"p50": _percentile(state["latency"], 50), "p99": _percentile(state["latency"], 99)},
-        "accuracy": {"map50": None, "mota": None, "idf1": None, "hota": None,
-                     "note": "--decode-only: nothing detected, no accuracy"},
-        "config": {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()},
-                   "device_resolved": str(device), "output": None, "backend_name": "none (decode only)"},
-        "model": None,
-        "env": environment(device),
-        "output_frames": 0,
-        "warnings": warnings,
-    }
+        model = load_detector(cfg.weights, device=device)
+    except FileNotFoundError as e:
+        raise PipelineError(str(e), 3) from None
+    except (RuntimeError, KeyError, ValueError) as e:
+        raise PipelineError(f"cannot load detector weights {cfg.weights or 'weights/detector.pt'}: "
+                            f"{str(e).splitlines()[0]}", 3) from None
+    model_info = {"weights": str(cfg.weights or DEFAULT_WEIGHTS),
+                  "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 3),
+                  "gflops_per_frame": round(_flops(model, input_hw, count_flops, backends.default_cache_dir()) / 1e9, 3),
+                  "flops_convention": "FlopCounterMode, 2 FLOPs per multiply-accumulate, at input_hw"}
+    try:
+        infer_fn = backends.make_backend(model, backend=cfg.backend, precision=cfg.precision, device=device,
+                                         batch_size=cfg.batch_size, channels_last=cfg.channels_last,
+                                         cuda_graphs=cfg.cuda_graphs, compile=cfg.compile, input_hw=input_hw)
+    except backends.BackendUnavailable as e:
+        raise PipelineError(str(e), 3) from None
+    return model_info, infer_fn
+
+
+def _ground_truth(first_input: str, warnings: list[str]):
+    """(ground truth of the first input or None, its path)."""
+    from source_code.scenes import gt_path_for, read_gt
+
+    gt_file = gt_path_for(first_input)
+    if gt_file.is_file():
+        try:
+            return read_gt(gt_file), gt_file
+        except (ValueError, KeyError, OSError) as e:
+            warnings.append(f"ignoring ground truth {gt_file}: {e}")
+    return None, gt_file
 
 
 def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None = None) -> dict:
     """Run the pipeline described by ``cfg``; return the results document (see README)."""
     validate(cfg)
-    from source_code import backends
-    from source_code.detector import CLASS_NAMES, INPUT_HW, load_detector
-    from source_code.scenes import gt_path_for, read_gt
+    from source_code.detector import CLASS_NAMES, INPUT_HW
 
     device = resolve_device(cfg.device)
     if cfg.gpu_preprocess and device.type != "cuda":
@@ -794,42 +768,19 @@ def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None 
             s.close()
         raise PipelineError(f"{inputs[0]} has no decodable frames (empty, damaged or truncated video)", 1)
 
-    if cfg.decode_only:
-        return _run_decode_only(cfg, sources, device, warnings)
-    try:
-        model = load_detector(cfg.weights, device=device)
-    except FileNotFoundError as e:
-        raise PipelineError(str(e), 3) from None
-    except (RuntimeError, KeyError, ValueError) as e:
-        raise PipelineError(f"cannot load detector weights {cfg.weights or 'weights/detector.pt'}: "
-                            f"{str(e).splitlines()[0]}", 3) from None
-    from source_code.detector import DEFAULT_WEIGHTS, count_flops
-
-    model_info = {"weights": str(cfg.weights or DEFAULT_WEIGHTS),
-                  "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 3),
-                  "gflops_per_frame": round(_flops(model, input_hw, count_flops, backends.default_cache_dir()) / 1e9, 3),
-                  "flops_convention": "FlopCounterMode, 2 FLOPs per multiply-accumulate, at input_hw"}
-    try:
-        infer_fn = backends.make_backend(model, backend=cfg.backend, precision=cfg.precision, device=device,
-                                         batch_size=cfg.batch_size, channels_last=cfg.channels_last,
-                                         cuda_graphs=cfg.cuda_graphs, compile=cfg.compile, input_hw=input_hw)
-    except backends.BackendUnavailable as e:
-        raise PipelineError(str(e), 3) from None
-
-    gt = None
-    gt_file = gt_path_for(inputs[0])
-    if gt_file.is_file():
-        try:
-            gt = read_gt(gt_file)
-        except (ValueError, KeyError, OSError) as e:
-            warnings.append(f"ignoring ground truth {gt_file}: {e}")
+    if cfg.decode_only:  # the same sources and decoder threads, no stage after decode
+        model_info, infer_fn, gt, gt_file = None, None, None, None
+    else:
+        model_info, infer_fn = _detector(cfg, device, input_hw)
+        gt, gt_file = _ground_truth(inputs[0], warnings)
 
     threaded_decode = cfg.streams > 1 or cfg.queues
     annotate.reset()  # before the decoder threads start recording
     muxer = Muxer(sources, batch_size=cfg.batch_size, interval=cfg.interval, threaded=threaded_decode,
                   queue_size=cfg.queue_size)
-    display = Display(osd=cfg.osd, output=out_path, fps=sources[0].fps, class_names=CLASS_NAMES)
-    stages = [
+    display = None if cfg.decode_only else Display(osd=cfg.osd, output=out_path, fps=sources[0].fps,
+                                                   class_names=CLASS_NAMES)
+    stages = [] if cfg.decode_only else [
         ("preprocess", Preprocess(device=device, input_hw=input_hw, gpu=cfg.gpu_preprocess)),
         ("infer", Infer(infer_fn, device=device)),
         ("postprocess", Postprocess(input_hw=input_hw)),
@@ -867,7 +818,7 @@ def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None 
     t_run = time.perf_counter_ns()
     status = "ok"
     try:
-        if cfg.queues:
+        if cfg.queues and stages:
             run_queued(muxer, stages, sink, queue_size=cfg.queue_size)
         else:
             run_sync(muxer, stages, sink)
@@ -880,7 +831,8 @@ def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None 
         warnings.append(f"stopped after {state['frames']} frames: {type(e).__name__}: {str(e).strip().splitlines()[0]}")
     finally:
         muxer.close()
-        display.close()
+        if display is not None:
+            display.close()
         if hasattr(infer_fn, "close"):
             infer_fn.close()
 
@@ -905,7 +857,9 @@ def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None 
         s = summary.get(name)
         per = state["timed_frames"] or (s["items"] if s else 0)
         stage_ms[name] = round(s["total_ms"] / per, 4) if s and per else (round(s["mean_ms"], 4) if s else None)
-    accuracy = _accuracy(cfg, gt, det_log, trk_log, n0, CLASS_NAMES)
+    accuracy = ({"map50": None, "mota": None, "idf1": None, "hota": None,
+                 "note": "--decode-only: nothing detected, no accuracy"} if cfg.decode_only
+                else _accuracy(cfg, gt, det_log, trk_log, n0, CLASS_NAMES))
     if gt is not None and sources[0].count < max(gt.keys(), default=-1) + 1 and cfg.frames is None and status == "ok":
         warnings.append(f"ground truth covers {max(gt.keys()) + 1} frames but {sources[0].count} were decoded")
     return {
@@ -923,9 +877,10 @@ def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None 
         "accuracy": accuracy,
         "config": {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()},
                    "device_resolved": str(device), "input_hw": list(input_hw), "output": str(out_path) if out_path else None,
-                   "backend_name": getattr(infer_fn, "name", cfg.backend), "ground_truth": str(gt_file) if gt else None},
+                   "backend_name": "none (decode only)" if cfg.decode_only else getattr(infer_fn, "name", cfg.backend),
+                   "ground_truth": str(gt_file) if gt else None},
         "model": model_info,
         "env": environment(device),
-        "output_frames": display.written,
+        "output_frames": display.written if display is not None else 0,
         "warnings": warnings,
     }
