@@ -6,7 +6,9 @@ with the decode-only ceiling of the same sources measured in the same run.
         [--device auto] [--configs a,b,...] [--out reports/pipeline_table]
 
 Every configuration runs through ``labkit.bench.run`` (measured runs, median and spread of
-frames/s, one ledger row each in ``<out>/ledger.jsonl``). The baseline is batch 1, synchronous,
+frames/s, one ledger row each in ``<out>/pipeline_table.jsonl``: not ``ledger.jsonl``, because
+``labkit.speedup_table("reports/")`` collects every ``ledger.jsonl`` under reports/, and these rows
+are single changes from the baseline, not the lab's cumulative steps of the same names). The baseline is batch 1, synchronous,
 CPU preprocessing, display on (draw + write the video), fp32. Each single change adds one flag
 to it; ``all_sN`` sets them together with N streams, for each N of ``--all-streams``
 (``all_sN_interval3`` also detects on every third frame). ``decode_only_1`` (one stream decoded
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in all_flags]
     if unknown:
         p.error(f"unknown configuration(s) {unknown}; known: {', '.join(all_flags)}")
-    ledger = Ledger(args.out / "ledger.jsonl")
+    ledger = Ledger(args.out / "pipeline_table.jsonl")
     results: dict[str, object] = {}
     for name in names:
         cmd = command(clip, frames, device, all_flags[name])

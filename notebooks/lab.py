@@ -439,8 +439,27 @@ def reference_table():
     path = REFERENCE / "ledger.jsonl"
     if not path.exists():
         shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        also = (" The reference machine's table of pipeline configurations is there, though: "
+                "`lab.reference_configurations()`." if (REFERENCE / "pipeline_table.jsonl").exists() else "")
         return Note(f"No reference results yet: `{shown}` is not in this checkout. "
-                    f"Run the lab on a GPU machine (`make lab`) and copy `reports/ledger.jsonl` there.")
+                    f"Run the lab on a GPU machine (`make lab`), then "
+                    f"`python scripts/save_reference.py h100`.{also}")
+    return labkit.speedup_table(path)
+
+
+def reference_configurations():
+    """The reference machine's table of pipeline configurations, computed from the ledger that
+    ``benchmarks/pipeline_table.py`` wrote there (``pipeline_table.jsonl``): the baseline, each
+    change on its own, all changes together, and the decode-only ceilings. Its rows are single
+    changes from the baseline, not the lab's cumulative steps, so it stays a table of its own.
+    A Note when the file is absent."""
+    import labkit
+
+    path = REFERENCE / "pipeline_table.jsonl"
+    if not path.exists():
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        return Note(f"No reference configurations: `{shown}` is not in this checkout. "
+                    f"`python benchmarks/pipeline_table.py` on a GPU machine writes it (in its `--out` folder).")
     return labkit.speedup_table(path)
 
 

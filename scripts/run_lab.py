@@ -1,15 +1,20 @@
 #!/usr/bin/env python
 """Run the lab headless: every notebook in notebooks/ in order, executed with nbclient.
 
-    python scripts/run_lab.py [--mode small|full] [--only 01] [--out reports/notebooks]
+    python scripts/run_lab.py [--mode small|full] [--only 01 | --from 05] [--out reports/notebooks]
 
 The mode reaches the notebooks as the environment variable LABKIT_MODE (their configuration
 cell reads it). Executed copies, with outputs, are written under --out; the stored notebooks
-are never modified. Stops at the first failing notebook and names the cell that failed.
+are never modified. Stops at the first failing notebook and names the cell that failed; after a
+fix, ``--from NN`` goes on from that notebook (the ledger keeps the earlier steps' rows).
+Seconds per notebook are kept in ``<out>/timings.json`` (merged across runs, one entry per
+notebook: its latest run).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import sys
 import time
@@ -46,16 +51,39 @@ def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int) -> float
     return time.perf_counter() - t0
 
 
+def record_timing(out_dir: Path, book: str, seconds: float, mode: str) -> dict:
+    """Add one notebook's time to ``out_dir/timings.json`` (keeping the other notebooks' entries)."""
+    path = out_dir / "timings.json"
+    try:
+        timings = json.loads(path.read_text()) if path.exists() else {}
+    except ValueError:
+        print(f"run_lab: {path} was not valid JSON; starting it afresh", file=sys.stderr)
+        timings = {}
+    timings[book] = {"seconds": round(seconds, 1), "mode": mode,
+                     "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(dict(sorted(timings.items())), indent=1) + "\n")
+    tmp.replace(path)
+    return timings
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=("small", "full"), default=os.environ.get("LABKIT_MODE", "full"))
-    p.add_argument("--only", default="", help="run only notebooks whose name starts with this")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--only", default="", help="run only notebooks whose name starts with this")
+    which.add_argument("--from", dest="start", default="", metavar="NN",
+                       help="run the notebooks from the one whose name starts with this, in order")
     p.add_argument("--out", type=Path, default=ROOT / "reports" / "notebooks")
     p.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
     args = p.parse_args(argv)
     books = [b for b in lab_notebooks() if b.name.startswith(args.only)]
+    if args.start:
+        first = [i for i, b in enumerate(books) if b.name.startswith(args.start)]
+        books = books[first[0]:] if first else []
     if not books:
-        print(f"run_lab: no notebooks match {args.only!r} under notebooks/", file=sys.stderr)
+        print(f"run_lab: no notebooks match {args.only or args.start!r} under notebooks/", file=sys.stderr)
         return 1
     os.chdir(ROOT)
     total = 0.0
@@ -63,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run_lab: {book.name} (mode {args.mode}) ...", flush=True)
         dt = run_notebook(book, args.out, mode=args.mode, timeout=args.timeout)
         total += dt
+        record_timing(args.out, book.name, dt, args.mode)
         print(f"run_lab: {book.name} done in {dt:.0f} s", flush=True)
     print(f"run_lab: {len(books)} notebooks in {total:.0f} s; executed copies in {args.out}; "
           f"speed-up table in {Path(os.environ.get('LABKIT_REPORTS') or ROOT / 'reports') / 'speedup.md'}")

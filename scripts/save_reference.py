@@ -1,9 +1,10 @@
 #!/usr/bin/env python
 """Save a finished lab run as reference results: reports/ -> reports/reference/<machine>/.
 
-    make lab && python scripts/save_reference.py h100
+    make lab && python scripts/save_reference.py h100 [--reports reports] [--dest reports/reference]
 
-Copies the ledger, the speed-up table and plots, the doctor's output, the SQLite exports of the
+Copies the ledger, the speed-up table and plots, the notebooks' timings (``lab_timings.json``,
+from run_lab), the doctor's output, the SQLite exports of the
 baseline and of the fastest profiled step (a few hundred KB to a few MB each), and draws their
 timelines; an export over ``--max-mb`` is trimmed to ``--trim-batches`` steady-state batches
 (``labkit.report.trim_export``). ``labkit.speedup_table("reports/")`` reads every ``ledger.jsonl`` under reports/, so a
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("machine", help="folder name under reports/reference/, e.g. h100")
     p.add_argument("--reports", type=Path, default=Path(os.environ.get("LABKIT_REPORTS") or ROOT / "reports"))
+    p.add_argument("--dest", type=Path, default=ROOT / "reports" / "reference",
+                   help="the folder of reference machines (the results go to DEST/MACHINE)")
     p.add_argument("--ledger-name", default="ledger.jsonl")
     p.add_argument("--overwrite", action="store_true", help="replace an existing reference ledger (and the files saved beside it)")
     p.add_argument("--max-mb", type=float, default=4.0, help="exports larger than this are trimmed")
@@ -50,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     import labkit
     from labkit.report import trim_export
 
-    src, dst = args.reports, ROOT / "reports" / "reference" / args.machine
+    src, dst = args.reports, args.dest / args.machine
     ledger = src / "ledger.jsonl"
     if not ledger.exists():
         print(f"save_reference: no {ledger}: run the lab first (make lab)", file=sys.stderr)
@@ -59,12 +62,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"save_reference: {dst / args.ledger_name} exists; pass --overwrite to replace it", file=sys.stderr)
         return 1
     dst.mkdir(parents=True, exist_ok=True)
+    before = {p.name for p in dst.iterdir()}
     shutil.copy2(ledger, dst / args.ledger_name)
-    for name in ("speedup.md", "speedup.png", "fps_vs_map50.png", "stages.png"):
+    written = [args.ledger_name]
+    copies = {name: name for name in ("speedup.md", "speedup.png", "fps_vs_map50.png", "stages.png")}
+    copies["notebooks/timings.json"] = "lab_timings.json"
+    for name, target in copies.items():
         if (src / name).exists():
-            shutil.copy2(src / name, dst / name)
+            shutil.copy2(src / name, dst / target)
+            written.append(target)
     doctor = subprocess.run([sys.executable, "-m", "labkit", "doctor", "--probe"], capture_output=True, text=True)
     (dst / "doctor.txt").write_text(doctor.stdout + doctor.stderr)
+    written.append("doctor.txt")
 
     rows = labkit.Ledger(ledger).read()
     table = labkit.speedup_table(ledger)
@@ -87,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copy2(db, target)
         fig = labkit.plot_timeline(rep, window=rep.steady_window(warmup=-(-warm // batch), count=3))
         fig.savefig(dst / f"timeline_{step}.png", dpi=100)
-    print(f"save_reference: wrote {dst} ({', '.join(sorted(p.name for p in dst.iterdir()))})")
+        written += [target.name, f"timeline_{step}.png"]
+    print(f"save_reference: wrote {dst} ({', '.join(written)})")
+    replaced = sorted(before & set(written))
+    if replaced:
+        print(f"save_reference: replaced files that were there before: {', '.join(replaced)}")
     return 0
 
 

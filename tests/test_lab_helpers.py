@@ -208,11 +208,19 @@ def test_reference_absent_then_present(ledger, tmp_path):
     note = lab.reference_table()
     assert isinstance(note, lab.Note) and note.startswith("No reference results yet")
     assert lab.reference_rows(["baseline"]) == note
+    assert "reference_configurations" not in note
+    assert lab.reference_configurations().startswith("No reference configurations")
+    configs = Ledger(lab.REFERENCE / "pipeline_table.jsonl")
+    add(configs, "baseline", 50.0, env={"gpu": "NVIDIA H100"})
+    add(configs, "all_s1", 500.0, env={"gpu": "NVIDIA H100"})
+    assert lab.reference_configurations().speedup.loc["all_s1", "NVIDIA H100"] == 10.0
+    assert "`lab.reference_configurations()`" in lab.reference_table()
     add(ledger, "baseline", 2.0)
     add(ledger, "queues", 3.0)
     ref = Ledger(lab.REFERENCE / "ledger.jsonl")
     add(ref, "baseline", 100.0, env={"gpu": "NVIDIA H100"})
     add(ref, "fp16", 400.0, env={"gpu": "NVIDIA H100"})
+    assert "all_s1" not in lab.reference_table().speedup.index  # the configurations stay apart
     assert lab.reference_table().speedup.loc["fp16", "NVIDIA H100"] == 4.0
     assert list(lab.reference_rows(["fp16"])["fps"]) == [400.0]
     both = lab.speedup(reference=True)

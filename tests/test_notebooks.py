@@ -40,6 +40,7 @@ def test_code_cells_stay_short(book):
 
 @pytest.mark.nsys
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::labkit.report.ReportWarning")  # CPU profiles have no CUDA tables
 def test_whole_lab_runs_headless_in_small_mode(tmp_path):
     """`make lab MODE=small` in one go: every notebook, in order, with no error."""
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_lab.py"), "--mode", "small",
@@ -48,3 +49,29 @@ def test_whole_lab_runs_headless_in_small_mode(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     executed = sorted(p.name for p in (tmp_path / "executed").glob("*.ipynb"))
     assert executed == [b.name for b in BOOKS]
+    timings = json.loads((tmp_path / "executed" / "timings.json").read_text())
+    assert sorted(timings) == executed and all(t["seconds"] > 0 and t["mode"] == "small" for t in timings.values())
+
+    # the finished run saved as reference results, as on the H100 (--max-mb 0: every export trimmed)
+    reports, dest = tmp_path / "reports", tmp_path / "reference"
+    (reports / "notebooks").mkdir(exist_ok=True)
+    (reports / "notebooks" / "timings.json").write_text(json.dumps(timings))
+    save = [sys.executable, str(ROOT / "scripts" / "save_reference.py"), "testbox", "--reports", str(reports),
+            "--dest", str(dest), "--max-mb", "0", "--trim-batches", "2"]
+    out = subprocess.run(save, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    saved = dest / "testbox"
+    for name in ("ledger.jsonl", "speedup.md", "speedup.png", "doctor.txt", "lab_timings.json",
+                 "baseline.sqlite", "timeline_baseline.png", "queues.sqlite"):
+        assert (saved / name).stat().st_size > 0, name
+    assert (saved / "ledger.jsonl").read_bytes() == (reports / "ledger.jsonl").read_bytes()
+    import labkit
+    trimmed = labkit.load_report(saved / "baseline.sqlite")
+    full = labkit.load_report(sorted((reports / "profiles").glob("baseline-*.sqlite"))[-1])
+    assert 0 < (trimmed.nvtx["name"] == "infer").sum() < (full.nvtx["name"] == "infer").sum()
+    # a second save refuses, and leaves the saved reference as it was
+    before = (saved / "ledger.jsonl").read_bytes()
+    (reports / "ledger.jsonl").write_text("")
+    again = subprocess.run(save, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 1 and "--overwrite" in again.stderr
+    assert (saved / "ledger.jsonl").read_bytes() == before

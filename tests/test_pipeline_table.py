@@ -81,8 +81,9 @@ def test_csv_rows_speedup_and_ceiling(table_run):
 def test_ledger_has_one_row_per_configuration(table_run):
     r, out, _ = table_run
     assert r.returncode == 0, r.stderr[-2000:]
-    led = Ledger(out / "ledger.jsonl").read()
+    led = Ledger(out / "pipeline_table.jsonl").read()
     assert len(led) == 4
+    assert not (out / "ledger.jsonl").exists()  # kept out of the lab's table of reports/
     assert list(led["step"]) == CONFIGS
     assert (led["status"] == "ok").all()
     assert (led["fps"] > 0).all()
