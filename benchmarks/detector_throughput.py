@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="CSV to write (markdown beside it, .md)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing CSV/markdown at --out")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batch-sizes", default="1,8,32", help="comma-separated (default 1,8,32)")
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated from: {', '.join(CONFIGS)}")
@@ -162,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         parser.error(f"unknown config(s) {', '.join(unknown)}; choose from {', '.join(CONFIGS)}")
+    targets = [args.out if args.out.suffix == ".csv" else args.out.with_suffix(".csv"), args.out.with_suffix(".md")]
+    there = [str(t) for t in targets if t.exists()]
+    if there and not args.overwrite:
+        parser.error(f"{' and '.join(there)} already exist(s): pass --overwrite to replace, or another --out")
     batches = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
     rows = run(configs=configs, batch_sizes=batches, device=args.device, min_seconds=args.min_seconds,
                max_iters=args.max_iters, weights=args.weights, cache_dir=args.cache_dir, warmup=args.warmup)

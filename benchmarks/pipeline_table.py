@@ -3,7 +3,7 @@ with the decode-only ceiling of the same sources measured in the same run.
 
     python benchmarks/pipeline_table.py [--input CLIP] [--seconds 30] [--frames N] [--repeats 3]
         [--repeats-single N] [--warmup 40] [--batch-size 32] [--streams 4] [--all-streams 1,4]
-        [--device auto] [--configs a,b,...] [--out reports/pipeline_table]
+        [--device auto] [--configs a,b,...] [--out reports/pipeline_table] [--overwrite]
 
 Every configuration runs through ``labkit.bench.run`` (measured runs, median and spread of
 frames/s, one ledger row each in ``<out>/pipeline_table.jsonl``: not ``ledger.jsonl``, because
@@ -134,7 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--configs", default=None, help="comma-separated subset of the configuration names")
     p.add_argument("--timeout", type=float, default=1200, help="seconds allowed per run")
     p.add_argument("--out", type=Path, default=ROOT / "reports" / "pipeline_table")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace pipeline_table.md/.csv of an earlier run in --out (its ledger is only appended to)")
     args = p.parse_args(argv)
+    there = [str(args.out / n) for n in ("pipeline_table.md", "pipeline_table.csv") if (args.out / n).exists()]
+    if there and not args.overwrite:
+        p.error(f"{' and '.join(there)} already exist(s) from an earlier run: pass --overwrite to replace "
+                f"them (the rows in pipeline_table.jsonl are kept either way), or another --out")
 
     import torch
 

@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--only", default="", help="run only notebooks whose name starts with this")
     which.add_argument("--from", dest="start", default="", metavar="NN",
                        help="run the notebooks from the one whose name starts with this, in order")
-    p.add_argument("--out", type=Path, default=ROOT / "reports" / "notebooks")
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("LABKIT_REPORTS") or ROOT / "reports") / "notebooks",
+                   help="where the executed copies go (default: $LABKIT_REPORTS/notebooks, else reports/notebooks)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
     args = p.parse_args(argv)
     books = [b for b in lab_notebooks() if b.name.startswith(args.only)]

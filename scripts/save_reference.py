@@ -4,9 +4,9 @@
     make lab && python scripts/save_reference.py h100 [--reports reports] [--dest reports/reference]
 
 Copies the ledger, the speed-up table and plots, the notebooks' timings (``lab_timings.json``,
-from run_lab), the doctor's output, the SQLite exports of the
-baseline and of the fastest profiled step (a few hundred KB to a few MB each), and draws their
-timelines; an export over ``--max-mb`` is trimmed to ``--trim-batches`` steady-state batches
+from run_lab), the doctor's output, and the SQLite exports of the baseline, ``queues`` and the
+fastest step that was profiled (swept steps have no profile), a few hundred KB to a few MB each,
+and draws their timelines; an export over ``--max-mb`` is trimmed to ``--trim-batches`` steady-state batches
 (``labkit.report.trim_export``). ``labkit.speedup_table("reports/")`` reads every ``ledger.jsonl`` under reports/, so a
 GPU reference saved here appears as its own column beside this machine's. A CPU reference is best
 saved with ``--ledger-name ledger.reference.jsonl``: the same CPU model elsewhere would otherwise
@@ -77,10 +77,13 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = labkit.Ledger(ledger).read()
     table = labkit.speedup_table(ledger)
-    fastest = table.frame.index[table.speedup.iloc[:, 0].to_numpy().argmax()]
-    for step in dict.fromkeys(["baseline", "queues", fastest]):
+    # the fastest step that has a profile (swept steps, such as the tracker intervals, have none)
+    ranked = table.speedup.iloc[:, 0].dropna().sort_values(ascending=False, kind="stable").index
+    fastest = next((s for s in ranked if _latest_profile(src / "profiles", s)), None)
+    for step in dict.fromkeys(s for s in ("baseline", "queues", fastest) if s):
         db = _latest_profile(src / "profiles", step)
         if db is None:
+            print(f"save_reference: step '{step}' has no profile under {src / 'profiles'}; no export kept")
             continue
         rep = labkit.load_report(db)
         warm, batch = _config(rows, step, "warmup", 0), _config(rows, step, "batch_size", 1)

@@ -43,19 +43,17 @@ def test_code_cells_stay_short(book):
 @pytest.mark.filterwarnings("ignore::labkit.report.ReportWarning")  # CPU profiles have no CUDA tables
 def test_whole_lab_runs_headless_in_small_mode(tmp_path):
     """`make lab MODE=small` in one go: every notebook, in order, with no error."""
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_lab.py"), "--mode", "small",
-                          "--out", str(tmp_path / "executed")], cwd=ROOT, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_lab.py"), "--mode", "small"],
+                         cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "LABKIT_MODE": "small", "LABKIT_REPORTS": str(tmp_path / "reports")}, timeout=1500)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    executed = sorted(p.name for p in (tmp_path / "executed").glob("*.ipynb"))
+    executed = sorted(p.name for p in (tmp_path / "reports" / "notebooks").glob("*.ipynb"))  # under LABKIT_REPORTS
     assert executed == [b.name for b in BOOKS]
-    timings = json.loads((tmp_path / "executed" / "timings.json").read_text())
+    timings = json.loads((tmp_path / "reports" / "notebooks" / "timings.json").read_text())
     assert sorted(timings) == executed and all(t["seconds"] > 0 and t["mode"] == "small" for t in timings.values())
 
     # the finished run saved as reference results, as on the H100 (--max-mb 0: every export trimmed)
     reports, dest = tmp_path / "reports", tmp_path / "reference"
-    (reports / "notebooks").mkdir(exist_ok=True)
-    (reports / "notebooks" / "timings.json").write_text(json.dumps(timings))
     save = [sys.executable, str(ROOT / "scripts" / "save_reference.py"), "testbox", "--reports", str(reports),
             "--dest", str(dest), "--max-mb", "0", "--trim-batches", "2"]
     out = subprocess.run(save, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -66,6 +64,10 @@ def test_whole_lab_runs_headless_in_small_mode(tmp_path):
         assert (saved / name).stat().st_size > 0, name
     assert (saved / "ledger.jsonl").read_bytes() == (reports / "ledger.jsonl").read_bytes()
     import labkit
+    table, rows = labkit.speedup_table(reports / "ledger.jsonl"), labkit.Ledger(reports / "ledger.jsonl").read()
+    profiled = set(rows.loc[rows["paths.profile"].notna(), "step"])
+    fastest = table.speedup.iloc[:, 0][lambda s: s.index.isin(profiled)].idxmax()
+    assert (saved / f"{fastest}.sqlite").exists() and (saved / f"timeline_{fastest}.png").exists()
     trimmed = labkit.load_report(saved / "baseline.sqlite")
     full = labkit.load_report(sorted((reports / "profiles").glob("baseline-*.sqlite"))[-1])
     assert 0 < (trimmed.nvtx["name"] == "infer").sum() < (full.nvtx["name"] == "infer").sum()

@@ -97,3 +97,13 @@ def test_ledger_has_one_row_per_configuration(table_run):
     # each run left its results JSON under <out>/results
     results = sorted((out / "results").glob("*.json"))
     assert len(results) == 4
+
+
+def test_a_second_run_keeps_the_first_table_unless_told(table_run):
+    r, out, tmp = table_run
+    assert r.returncode == 0
+    before = (out / "pipeline_table.md").read_bytes()
+    again = subprocess.run([sys.executable, str(SCRIPT), "--configs", "baseline", "--out", str(out)],
+                           capture_output=True, text=True, timeout=120, cwd=tmp)
+    assert again.returncode == 2 and "--overwrite" in again.stderr and "pipeline_table.md" in again.stderr
+    assert (out / "pipeline_table.md").read_bytes() == before
