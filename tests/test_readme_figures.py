@@ -44,3 +44,15 @@ def test_h100_table_is_the_h100_configuration_ledger():
     for config, fps, runs, speedup, *_ in rows:
         assert float(fps) == pytest.approx(table.values.loc[config, machine], abs=0.05), config
         assert float(speedup.rstrip("x")) == pytest.approx(table.speedup.loc[config, machine], abs=0.005), config
+
+
+def test_detector_table_is_the_h100_throughput_csv():
+    import pandas as pd
+
+    csv = pd.read_csv(ROOT / "reports/reference/h100/detector_throughput.csv")
+    fps = csv.set_index(["config", "batch_size"])["frames_per_s"]
+    rows = table_after("**The detector alone**")
+    assert len(rows) == csv["config"].nunique()
+    for config, *cells in rows:
+        for batch, cell in zip((1, 8, 32), cells):
+            assert float(cell.rstrip("*")) == pytest.approx(fps[(config, batch)], abs=0.005), (config, batch)
