@@ -478,3 +478,36 @@ def pageable_copies(rep) -> pd.DataFrame:
     j = m.merge(a, on=["pid", "correlation_id"], how="inner")
     j = j[j["api"].str.contains("Async", regex=False)]
     return j.sort_values("start_ns", ignore_index=True)[cols]
+
+
+def copy_table(rep, *, warmup: int = 0) -> pd.DataFrame:
+    """Host-device memory copies per direction and kind of host memory, counting only copies
+    whose CUDA call was made inside a batch range (an NVTX push/pop range with a payload, on the
+    calling thread) of index ``warmup`` or more: start-up copies (model weights) and warm-up
+    batches are left out, even when a queued stage ran ahead of the others.
+
+    Returns: kind, host ('Pinned' or 'Pageable'), copies, mb, kb_per_copy, ms (GPU time of the
+    copies); one row per (kind, host), largest MB first; empty (with these columns) when none.
+    """
+    cols = ["kind", "host", "copies", "mb", "kb_per_copy", "ms"]
+    m, api, nv = rep.memcpy, rep.cuda_api, rep.nvtx
+    if len(m):
+        m = m[m["kind"].isin(["Host-to-Device", "Device-to-Host"])]
+    ranges = nv[(nv["kind"] == "push_pop") & nv["payload"].notna()] if len(nv) else nv
+    if len(m) == 0 or len(api) == 0 or len(ranges) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object if c in ("kind", "host") else "float64") for c in cols})
+    calls = m.merge(api[["pid", "correlation_id", "global_tid", "start_ns"]].rename(columns={"start_ns": "call_ns"}),
+                    on=["pid", "correlation_id"], how="inner")
+    r = ranges[["global_tid", "start_ns", "end_ns", "payload"]].rename(
+        columns={"start_ns": "range_start", "end_ns": "range_end"}).astype({"payload": "float64"})
+    j = pd.merge_asof(calls.sort_values("call_ns"), r.sort_values("range_start"), left_on="call_ns",
+                      right_on="range_start", by="global_tid", direction="backward")
+    j = j[(j["call_ns"] <= j["range_end"]) & (j["payload"] >= warmup)]
+    if len(j) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object if c in ("kind", "host") else "float64") for c in cols})
+    host = np.where(j["kind"] == "Host-to-Device", j["src_kind"], j["dst_kind"])
+    out = (j.assign(host=host).groupby(["kind", "host"], sort=False)
+           .agg(copies=("bytes", "size"), mb=("bytes", "sum"), ms=("duration_ns", "sum")).reset_index())
+    out["kb_per_copy"] = out["mb"] / out["copies"] / 1e3
+    out["mb"], out["ms"] = out["mb"] / 1e6, out["ms"] / 1e6
+    return out.sort_values("mb", ascending=False, ignore_index=True)[cols]

@@ -495,6 +495,13 @@ class Report:
 
         return stage_overlap(self, stages, warmup=warmup)
 
+    def copy_table(self, *, warmup: int = 0) -> pd.DataFrame:
+        """Host-device copies made inside batch ranges from ``warmup`` on, per direction and host
+        memory kind (pinned or pageable): see :func:`labkit.analysis.copy_table`."""
+        from labkit.analysis import copy_table
+
+        return copy_table(self, warmup=warmup)
+
     def pageable_copies(self) -> pd.DataFrame:
         """Async memcpys from/to pageable memory (what ``nsys analyze -r cuda_memcpy_async`` flags)."""
         from labkit.analysis import pageable_copies

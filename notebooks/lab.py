@@ -317,6 +317,20 @@ def kernels(result, n: int = 10):
     return k.head(n)
 
 
+def copies(result, mode: str = MODE):
+    """Host-device memory copies of a step's profiled run after warm-up, per direction and kind
+    of host memory (pinned or pageable): ``Report.copy_table`` (copies, MB, KB per copy, ms).
+    A Note when there are none. A copy from pageable host memory makes the calling thread wait
+    (``Report.pageable_copies`` lists those calls)."""
+    rep = report(result)
+    if rep is None:
+        return Note(f"No profile: {result}")
+    out = rep.copy_table(warmup=warmup_batches(result, mode))
+    if len(out) == 0:
+        return Note("No host-device copies after warm-up in this profile: the run used the CPU only.")
+    return out.round(3)
+
+
 def warmup_batches(result, mode: str = MODE) -> int:
     """Batches at the start of a step's runs that were warm-up (left out of analyses);
     ``result`` is a ``Result`` or a step name (its latest ledger row)."""
@@ -507,12 +521,15 @@ def steps(mode: str = MODE, gpu: bool | None = None) -> dict[str, dict]:
     """Every step of the lab in order: name -> flags of ``detect_video.py``.
 
     Each step keeps the changes of the steps before it on the main path (queues, no OSD,
-    batching); the precision and INT8 steps are alternatives built on the batched pipeline.
+    batching); channels_last, compile and the ONNX Runtime steps are alternatives built on the
+    batched pipeline; the GPU steps (fp16, CUDA graphs, TensorRT) build on ``gpu_preprocess``
+    (the batched pipeline with preprocessing on the GPU).
     The interval steps (notebook 06) build on whichever step was fastest, so they are added
     there (see ``fastest``).
     """
     s = settings(mode, gpu)
     batched = {"queues": True, "osd": False, "batch_size": s.batch}
+    on_gpu = {**batched, "device": "cuda", "gpu_preprocess": True}  # the GPU steps build on this
     out = {
         "baseline": {},
         "queues": {"queues": True},
@@ -521,12 +538,13 @@ def steps(mode: str = MODE, gpu: bool | None = None) -> dict[str, dict]:
         **{f"streams{n}": {**batched, "streams": n} for n in s.streams},
         "channels_last": {**batched, "channels_last": True},
         "compile": {**batched, "compile": True},
-        "fp16": {**batched, "device": "cuda", "precision": "fp16"},
-        "fp16_cuda_graphs": {**batched, "device": "cuda", "precision": "fp16", "cuda_graphs": True},
-        "tensorrt_fp16": {**batched, "device": "cuda", "backend": "tensorrt", "precision": "fp16"},
+        "gpu_preprocess": on_gpu,
+        "fp16": {**on_gpu, "precision": "fp16"},
+        "fp16_cuda_graphs": {**on_gpu, "precision": "fp16", "cuda_graphs": True},
+        "tensorrt_fp16": {**on_gpu, "backend": "tensorrt", "precision": "fp16"},
         "ort_fp32": {**batched, "device": "cpu", "backend": "onnxruntime"},
         "ort_int8": {**batched, "device": "cpu", "backend": "onnxruntime", "precision": "int8"},
-        "tensorrt_int8": {**batched, "device": "cuda", "backend": "tensorrt", "precision": "int8"},
+        "tensorrt_int8": {**on_gpu, "backend": "tensorrt", "precision": "int8"},
     }
     out[f"batch{s.batch}"] = batched  # the batched pipeline, whether or not it was swept
     return out

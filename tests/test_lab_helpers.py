@@ -84,6 +84,12 @@ def test_steps_build_on_each_other(gpu):
     for name in ("channels_last", "compile", "fp16", "tensorrt_fp16", "ort_int8", "tensorrt_int8"):
         assert steps[name]["batch_size"] == s.batch, name
     assert steps["ort_int8"] == {**batched, "device": "cpu", "backend": "onnxruntime", "precision": "int8"}
+    on_gpu = steps["gpu_preprocess"]
+    assert on_gpu == {**batched, "device": "cuda", "gpu_preprocess": True}
+    for name in ("fp16", "fp16_cuda_graphs", "tensorrt_fp16", "tensorrt_int8"):
+        assert {**steps[name], **on_gpu} == steps[name], name  # every GPU step keeps GPU preprocessing
+    assert lab.unavailable(**steps["gpu_preprocess"]) == ("" if gpu and lab.gpu_available() else
+                                                        "it needs a CUDA GPU and this machine has none")
 
 
 def test_flags_returns_a_copy():
@@ -314,6 +320,28 @@ def test_reading_a_real_gpu_report():
     run = SimpleNamespace(profile=FIXTURES / "gputest.nsys2025.3.sqlite")
     k = lab.kernels(run, n=3)
     assert len(k) <= 3 and k["total_ns"].is_monotonic_decreasing and (k["instances"] > 0).all()
+
+
+def test_copies_of_a_real_gpu_pipeline_after_warmup():
+    """The H100 export of the queued pipeline with --gpu-preprocess (640x360 clip, batch 4, 4
+    warm-up frames, 6 batches): the weights' pageable uploads at start-up are left out, and the
+    warm-up batch too, although the queued preprocess thread uploaded it before infer started."""
+    run = SimpleNamespace(profile=FIXTURES / "pipeline.nsys2025.3.sqlite", config={"batch_size": 4})
+    rep = lab.report(run)
+    m = rep.memcpy
+    assert (m["pageable"] & (m["kind"] == "Host-to-Device")).sum() > 100  # the model upload
+    c = lab.copies(run, mode="small").set_index(["kind", "host"])
+    assert list(c.index) == [("Host-to-Device", "Pinned"), ("Device-to-Host", "Pageable")]
+    up = c.loc[("Host-to-Device", "Pinned")]
+    assert up["copies"] == 5 and up["kb_per_copy"] == pytest.approx(4 * 360 * 640 * 3 / 1e3)  # 4 uint8 frames
+    assert c.loc[("Device-to-Host", "Pageable"), "copies"] == 5  # detections back to the host
+    every = rep.copy_table().set_index(["kind", "host"])
+    assert every.loc[("Host-to-Device", "Pinned"), "copies"] == 6
+    assert every["ms"].sum() == pytest.approx(m.loc[m["bytes"].isin([2764800, 9600]), "duration_ns"].sum() / 1e6)
+    cpu = SimpleNamespace(profile=FIXTURES / "annotated.nsys2022.4.sqlite", config={"batch_size": 1})
+    assert lab.copies(cpu).startswith("No host-device copies")
+    assert list(lab.report(cpu).copy_table().columns) == ["kind", "host", "copies", "mb", "kb_per_copy", "ms"]
+    assert lab.copies(lab.Skipped("gpu_preprocess", "no GPU")).startswith("No profile")
 
 
 def test_app_env_sets_passive_openmp_and_the_reports_folder():
