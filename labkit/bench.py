@@ -473,7 +473,8 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
     return result
 
 
-def sweep(base_command, param: str, values: Sequence, *, step: str, progress: bool = True, **kw) -> pd.DataFrame:
+def sweep(base_command, param: str, values: Sequence, *, step: str, progress: bool = True,
+          on_error: str = "record", **kw) -> pd.DataFrame:
     """:func:`run` once per value of one option (``--batch-size``, ``--streams``, ...).
 
     Args:
@@ -482,20 +483,36 @@ def sweep(base_command, param: str, values: Sequence, *, step: str, progress: bo
         param: the option, e.g. ``"--batch-size"``.
         values: its values, in order.
         step: the ledger step; ``"{value}"`` in it is replaced (``step="batch{value}"``).
+        on_error: ``"record"`` (default): a value whose run fails (say, out of memory at the
+            largest batch) becomes a row with ``ok`` False and the application's last error line
+            in ``error``, with a :class:`BenchWarning`, and the sweep goes on; ``"raise"``: the
+            :class:`BenchError` stops the sweep.
         **kw: passed to :func:`run` (repeats, warmup, ledger, results_dir, ...).
     Returns:
         DataFrame, one row per value: the option (snake_case, e.g. ``batch_size``), ``step``,
-        ``name``, ``ok``, and the :attr:`Result.metrics` (``fps``, ``latency_p50_ms``,
-        ``latency_p99_ms``, ``spread``, ``stage_ms.<stage>``, accuracy, ...).
+        ``name``, ``ok``, ``error`` (None when the run succeeded), and the
+        :attr:`Result.metrics` (``fps``, ``latency_p50_ms``, ``latency_p99_ms``, ``spread``,
+        ``stage_ms.<stage>``, accuracy, ...; NaN for a failed value).
     """
+    if on_error not in ("record", "raise"):
+        raise ValueError(f"on_error={on_error!r}: use 'record' or 'raise'")
     col = param.lstrip("-").replace("-", "_")
     name = kw.pop("name", None)
     rows = []
     for value in _iter(values, f"sweep {param}", progress):
         s = step.format(value=value) if "{value}" in step else step
-        r = run(with_flag(base_command, param, value), step=s, progress=False,
-                name=f"{name}-{col}{value}" if name else None, **kw)
-        rows.append({col: value, "step": r.step, "name": r.name, "ok": r.ok, **r.metrics})
+        try:
+            r = run(with_flag(base_command, param, value), step=s, progress=False,
+                    name=f"{name}-{col}{value}" if name else None, **kw)
+        except BenchError as e:
+            if on_error == "raise":
+                raise
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            error = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "")
+            warnings.warn(f"sweep {param} {value}: {error}", BenchWarning, stacklevel=2)
+            rows.append({col: value, "step": s, "name": None, "ok": False, "error": error, "fps": float("nan")})
+            continue
+        rows.append({col: value, "step": r.step, "name": r.name, "ok": r.ok, "error": None, **r.metrics})
     return pd.DataFrame(rows)
 
 

@@ -571,4 +571,6 @@ def fastest(candidates, *, accuracy_floor: float | None = None) -> str:
 def table_columns(frame, *extra: str):
     """The columns of a ledger or sweep frame worth showing: step, fps, latency, accuracy."""
     cols = ["step", *extra, "fps", "spread", "latency_p50_ms", "latency_p99_ms", "map50", "mota"]
+    if "error" in frame.columns and frame["error"].notna().any():
+        cols.append("error")  # a sweep value that failed (say, out of memory) says why
     return frame[[c for c in dict.fromkeys(cols) if c in frame.columns]]

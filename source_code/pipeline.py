@@ -20,6 +20,7 @@ import json
 import math
 import os
 import queue
+import re
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -740,8 +741,48 @@ def _ground_truth(first_input: str, warnings: list[str]):
     return None, gt_file
 
 
+_OOM_TEXT = re.compile(r"out of memory|can't allocate memory|failed to allocate memory", re.IGNORECASE)
+
+
+def out_of_memory_message(exc: BaseException, cfg: PipelineConfig) -> str | None:
+    """A one-line message naming the fix when ``exc`` is an allocation failure (CUDA or host;
+    torch, ONNX Runtime or TensorRT), else None."""
+    import torch
+
+    oom = tuple(t for t in (getattr(torch, "OutOfMemoryError", None), MemoryError) if t is not None)
+    text = str(exc).strip()
+    if not isinstance(exc, oom) and not _OOM_TEXT.search(text):
+        return None
+    from source_code.detector import INPUT_HW
+
+    h, w = cfg.input_hw or INPUT_HW
+    first = text.splitlines()[0][:160] if text else type(exc).__name__
+    fixes = [f"--batch-size {max(1, cfg.batch_size // 2)}"] if cfg.batch_size > 1 else []
+    fixes += ["fewer --streams"] if cfg.streams > 1 else []
+    fixes += [f"a smaller --input-hw than {h}x{w}"]
+    on_gpu = isinstance(exc, oom[:-1]) or "cuda" in text.lower()
+    where = ("; on a shared GPU, `nvidia-smi` shows what else holds its memory" if on_gpu
+             else "; or free host memory (close other programs, or raise `ulimit -v`)")
+    return (f"out of memory at --batch-size {cfg.batch_size}, --streams {cfg.streams}, input {h}x{w} ({first}). "
+            f"Try {', '.join(fixes[:-1]) + ' or ' if len(fixes) > 1 else ''}{fixes[-1]}{where}")
+
+
 def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None = None) -> dict:
-    """Run the pipeline described by ``cfg``; return the results document (see README)."""
+    """Run the pipeline described by ``cfg``; return the results document (see README).
+    An allocation failure anywhere (a batch too large for the GPU) becomes a PipelineError
+    (exit code 4) naming the fix."""
+    try:
+        return _run_pipeline(cfg, progress=progress)
+    except PipelineError:
+        raise
+    except Exception as e:  # noqa: BLE001 - only allocation failures are translated
+        msg = out_of_memory_message(e, cfg)
+        if msg is None:
+            raise
+        raise PipelineError(msg, 4) from e
+
+
+def _run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None = None) -> dict:
     validate(cfg)
     from source_code.detector import CLASS_NAMES, INPUT_HW
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from labkit import bench, speedup_table
@@ -76,3 +77,19 @@ def test_run_parallel_real_app(clip, tmp_path):
     assert r.fps == pytest.approx(r.repeats["fps"].sum())
     assert r.metrics["frames"] == 16
     assert 0 < r.metrics["fps_wall"] < r.fps  # start-up and warm-up are inside the wall time
+
+
+def test_sweep_records_a_failing_value_and_goes_on(clip, tmp_path):
+    """A value the application rejects (batch size 0 here; out of memory at the largest batch on
+    a GPU) is a row with ok False and the application's error line, not a stopped sweep."""
+    led = Ledger(tmp_path / "ledger.jsonl")
+    with pytest.warns(bench.BenchWarning, match="--batch-size must be at least 1"):
+        df = bench.sweep(_command(clip), "--batch-size", [0, 2], step="batch{value}", repeats=1, warmup=2,
+                         results_dir=tmp_path / "results", ledger=led, progress=False, timeout=300)
+    assert list(df["ok"]) == [False, True] and list(df["step"]) == ["batch0", "batch2"]
+    assert df.loc[0, "error"] == "detect_video: error: --batch-size must be at least 1 (got 0)"
+    assert pd.isna(df.loc[0, "fps"]) and df.loc[1, "fps"] > 0 and pd.isna(df.loc[1, "error"])
+    assert list(led.read()["step"]) == ["batch2"]  # a failure is not a measurement
+    with pytest.raises(bench.BenchError, match="exited with status 2"):
+        bench.sweep(_command(clip), "--batch-size", [0], step="b{value}", on_error="raise", repeats=1,
+                    results_dir=tmp_path / "results", progress=False, timeout=300)

@@ -238,6 +238,9 @@ def test_reference_absent_then_present(ledger, tmp_path):
 def test_table_columns_keeps_what_exists():
     f = pd.DataFrame({"step": ["a"], "fps": [1.0], "mota": [0.5], "other": [0], "interval": [2]})
     assert list(lab.table_columns(f, "interval")) == ["step", "interval", "fps", "mota"]
+    swept = pd.DataFrame({"step": ["b2", "b64"], "fps": [3.0, math.nan], "error": [None, "out of memory"]})
+    assert list(lab.table_columns(swept)) == ["step", "fps", "error"]
+    assert list(lab.table_columns(swept.iloc[:1])) == ["step", "fps"]
 
 
 # ----------------------------------------------------------------------------- video and figures

@@ -296,3 +296,37 @@ def test_refuses_to_overwrite_an_input(clip, tmp_path):
     rc, err = main_err(["--input", str(clip), "--output", str(clip), *FAST])
     assert rc == 2 and "refusing to overwrite" in err
     assert clip.read_bytes() == before
+
+
+@pytest.mark.parametrize("mode", [[], ["--queues"]], ids=["sync", "queued"])
+def test_out_of_memory_names_the_fix(clip, tmp_path, mode):
+    """A real allocation failure: the process may use 8 GiB of address space, and a batch of 4
+    frames at a 16384x16384 input needs more. One line naming smaller settings, exit code 4,
+    a results file that says 'failed'."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+    res = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "source_code/detect_video.py", "--input", str(clip), "--frames", "8",
+                        "--batch-size", "4", "--input-hw", "16384x16384", "--device", "cpu", "--warmup", "0",
+                        "--no-osd", "--results", str(res), *mode],
+                       capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    err = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 4 and len(err) == 1, r.stderr[-2000:]
+    assert err[0].startswith("detect_video: error: out of memory at --batch-size 4, --streams 1, input 16384x16384")
+    assert "Try --batch-size 2 or a smaller --input-hw than 16384x16384" in err[0]
+    assert_failed_results(res)
+    assert "out of memory" in json.loads(res.read_text())["error"]
+
+
+def test_other_errors_are_not_called_out_of_memory():
+    from source_code.pipeline import PipelineConfig, out_of_memory_message
+
+    cfg = PipelineConfig(inputs=("x.mp4",), batch_size=1, streams=4)
+    assert out_of_memory_message(ValueError("shape mismatch"), cfg) is None
+    msg = out_of_memory_message(MemoryError(), cfg)
+    assert "Try fewer --streams or a smaller --input-hw than 384x640" in msg and "nvidia-smi" not in msg
+    gpu = out_of_memory_message(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), cfg)
+    assert "(CUDA out of memory. Tried to allocate 2.00 GiB)" in gpu and "nvidia-smi" in gpu
