@@ -223,6 +223,33 @@ class Skipped:
         return f"**Not run here.** {self}"
 
 
+@dataclass(frozen=True)
+class Failed(Skipped):
+    """A step whose run failed here (the application's error line in ``reason``). The notebook
+    goes on, as after a Skipped; ``scripts/run_lab.py`` lists every failure at the end and exits
+    non-zero. With ``LABKIT_STRICT=1`` (the tests), the error is raised instead."""
+
+    def __str__(self) -> str:
+        return f"Step '{self.step}' {FAILED_MARK} {self.reason}"
+
+    def _repr_markdown_(self) -> str:
+        return f"**Failed.** {self}"
+
+
+FAILED_MARK = "failed here:"
+"""The words a failed step prints; ``scripts/run_lab.py`` finds failures by them."""
+
+
+def _strict() -> bool:
+    return os.environ.get("LABKIT_STRICT", "") not in ("", "0")
+
+
+def _error_line(exc: Exception) -> str:
+    """The application's error line from a BenchError (else its last line)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else repr(exc))
+
+
 class Note(str):
     """A computed sentence that renders as markdown in a notebook."""
 
@@ -253,7 +280,8 @@ def run_step(step: str, *, profile: bool = True, mode: str = MODE, **flags):
     """Benchmark one lab step: a profiled run under nsys, then the mode's measured repeats.
 
     Appends a row to ``LEDGER`` and returns the ``labkit.bench.Result``; returns
-    :class:`Skipped` (no run, no ledger row) when the flags need what this machine lacks.
+    :class:`Skipped` (no run, no ledger row) when the flags need what this machine lacks, and
+    :class:`Failed` (no ledger row) when the run fails, unless ``LABKIT_STRICT`` is set.
     """
     from labkit import bench
 
@@ -262,14 +290,21 @@ def run_step(step: str, *, profile: bool = True, mode: str = MODE, **flags):
         return Skipped(step, reason)
     s = settings(mode)
     with _quiet():
-        return bench.run(app_command(mode=mode, **flags), step=step, repeats=s.repeats, warmup=s.warmup,
-                         profile=profile, ledger=LEDGER, results_dir=RESULTS, profile_dir=PROFILES,
-                         env=app_env(), progress=False)
+        try:
+            return bench.run(app_command(mode=mode, **flags), step=step, repeats=s.repeats, warmup=s.warmup,
+                             profile=profile, ledger=LEDGER, results_dir=RESULTS, profile_dir=PROFILES,
+                             env=app_env(), progress=False)
+        except bench.BenchError as e:
+            if _strict():
+                raise
+            return Failed(step, _error_line(e))
 
 
 def sweep(base: dict, option: str, values, *, step: str, mode: str = MODE):
     """``labkit.bench.sweep`` of one option over ``values`` on top of the flags ``base``
-    (no profiles, one ledger row per value); returns its frame, or :class:`Skipped`."""
+    (no profiles, one ledger row per value); returns its frame, or :class:`Skipped`. A value
+    whose run fails is a row with its ``error`` (and a printed :class:`Failed` line), unless
+    ``LABKIT_STRICT`` is set."""
     from labkit import bench
 
     reason = unavailable(**base)
@@ -277,9 +312,12 @@ def sweep(base: dict, option: str, values, *, step: str, mode: str = MODE):
         return Skipped(step, reason)
     s = settings(mode)
     with _quiet():
-        return bench.sweep(app_command(mode=mode, **base), "--" + option.replace("_", "-"), list(values),
-                           step=step, repeats=s.repeats, warmup=s.warmup, ledger=LEDGER, results_dir=RESULTS,
-                           env=app_env(), progress=False)
+        swept = bench.sweep(app_command(mode=mode, **base), "--" + option.replace("_", "-"), list(values),
+                            step=step, repeats=s.repeats, warmup=s.warmup, ledger=LEDGER, results_dir=RESULTS,
+                            env=app_env(), progress=False, on_error="raise" if _strict() else "record")
+    for _, row in swept[swept["error"].notna()].iterrows():
+        print(Failed(row["step"], row["error"]))  # the words run_lab looks for
+    return swept
 
 
 def report(result):

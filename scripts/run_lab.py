@@ -7,8 +7,9 @@ The mode reaches the notebooks as the environment variable LABKIT_MODE (their co
 cell reads it). Executed copies, with outputs, are written under --out; the stored notebooks
 are never modified. Stops at the first failing notebook and names the cell that failed; after a
 fix, ``--from NN`` goes on from that notebook (the ledger keeps the earlier steps' rows).
-Seconds per notebook are kept in ``<out>/timings.json`` (merged across runs, one entry per
-notebook: its latest run).
+A lab step whose run fails (``lab.Failed``) does not stop its notebook; failed steps are all
+listed at the end and the exit status is 1. Seconds per notebook are kept in
+``<out>/timings.json`` (merged across runs, one entry per notebook: its latest run).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -28,8 +30,9 @@ def lab_notebooks(folder: Path = ROOT / "notebooks") -> list[Path]:
     return sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb") if "solution" not in p.name.lower())
 
 
-def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int) -> float:
-    """Execute one notebook with the project root as working dir; returns seconds taken."""
+def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int) -> tuple[float, dict[str, str]]:
+    """Execute one notebook with the project root as working dir; returns seconds taken and the
+    steps that failed in it (see :func:`failures`)."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -48,7 +51,25 @@ def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int) -> float
                          f"{out_dir / path.name}):\n{str(exc)[-2000:]}") from None
     out_dir.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out_dir / path.name)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, failures(nb)
+
+
+FAILED = re.compile(r"Step '([^']+)' failed here: (.*)")
+"""How notebooks/lab.py's ``Failed`` prints a step that failed (``lab.FAILED_MARK``)."""
+
+
+def failures(nb) -> dict[str, str]:
+    """Steps that failed in an executed notebook (step -> the application's error line),
+    read from the cells' outputs."""
+    found: dict[str, str] = {}
+    for cell in nb.get("cells", []):
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            for text in (out.get("text", ""), data.get("text/plain", ""), data.get("text/markdown", "")):
+                text = "".join(text) if isinstance(text, list) else text
+                for m in FAILED.finditer(text):
+                    found.setdefault(m.group(1), m.group(2).strip().rstrip(".").strip("*"))
+    return found
 
 
 def record_timing(out_dir: Path, book: str, seconds: float, mode: str) -> dict:
@@ -88,14 +109,22 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     os.chdir(ROOT)
     total = 0.0
+    failed: dict[str, tuple[str, str]] = {}
     for book in books:
         print(f"run_lab: {book.name} (mode {args.mode}) ...", flush=True)
-        dt = run_notebook(book, args.out, mode=args.mode, timeout=args.timeout)
+        dt, bad = run_notebook(book, args.out, mode=args.mode, timeout=args.timeout)
         total += dt
         record_timing(args.out, book.name, dt, args.mode)
-        print(f"run_lab: {book.name} done in {dt:.0f} s", flush=True)
+        failed.update({step: (book.name, why) for step, why in bad.items()})
+        print(f"run_lab: {book.name} done in {dt:.0f} s" + (f"; {len(bad)} step(s) failed" if bad else ""),
+              flush=True)
     print(f"run_lab: {len(books)} notebooks in {total:.0f} s; executed copies in {args.out}; "
           f"speed-up table in {Path(os.environ.get('LABKIT_REPORTS') or ROOT / 'reports') / 'speedup.md'}")
+    if failed:
+        print(f"run_lab: {len(failed)} step(s) failed (the notebooks went on without them):", file=sys.stderr)
+        for step, (book, why) in failed.items():
+            print(f"  {book}: {step}: {why}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -350,3 +350,32 @@ def test_copies_of_a_real_gpu_pipeline_after_warmup():
 def test_app_env_sets_passive_openmp_and_the_reports_folder():
     env = lab.app_env()
     assert env == {"OMP_WAIT_POLICY": "PASSIVE", "LABKIT_REPORTS": str(lab.REPORTS)}
+
+
+# ----------------------------------------------------------------------------- failed steps
+def test_a_failing_step_is_reported_and_the_notebook_goes_on(ledger, tmp_path, monkeypatch):
+    """A real run that fails (the application rejects --batch-size 0): a Failed, no ledger row;
+    under LABKIT_STRICT the error is raised. run_lab finds the failure in a cell's output."""
+    from labkit.bench import BenchError
+
+    monkeypatch.setattr(lab, "RESULTS", tmp_path / "results")
+    monkeypatch.delenv("LABKIT_STRICT", raising=False)
+    r = lab.run_step("broken", profile=False, mode="small", batch_size=0, device="cpu")
+    assert isinstance(r, lab.Failed) and not r.ok and r.profile is None
+    assert r.reason == "detect_video: error: --batch-size must be at least 1 (got 0)"
+    assert str(r) == "Step 'broken' failed here: detect_video: error: --batch-size must be at least 1 (got 0)"
+    assert lab.compare(r, "baseline").startswith("No comparison: Step 'broken' failed here")
+    assert len(lab.ledger()) == 0
+    monkeypatch.setenv("LABKIT_STRICT", "1")
+    with pytest.raises(BenchError, match="exited with status 2"):
+        lab.run_step("broken", profile=False, mode="small", batch_size=0, device="cpu")
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from run_lab import failures
+
+    nb = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "stream", "text": [str(r) + "\n"]}]},
+                    {"cell_type": "code", "outputs": [{"output_type": "execute_result",
+                                                       "data": {"text/markdown": r._repr_markdown_()}}]},
+                    {"cell_type": "markdown"}]}
+    assert failures(nb) == {"broken": "detect_video: error: --batch-size must be at least 1 (got 0)"}
+    assert failures({"cells": [{"cell_type": "code", "outputs": [{"output_type": "stream", "text": "ok"}]}]}) == {}

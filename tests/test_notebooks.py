@@ -45,7 +45,8 @@ def test_whole_lab_runs_headless_in_small_mode(tmp_path):
     """`make lab MODE=small` in one go: every notebook, in order, with no error."""
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_lab.py"), "--mode", "small"],
                          cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, "LABKIT_MODE": "small", "LABKIT_REPORTS": str(tmp_path / "reports")}, timeout=1500)
+                         env={**os.environ, "LABKIT_MODE": "small", "LABKIT_REPORTS": str(tmp_path / "reports"),
+                              "LABKIT_STRICT": "1"}, timeout=1500)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     executed = sorted(p.name for p in (tmp_path / "reports" / "notebooks").glob("*.ipynb"))  # under LABKIT_REPORTS
     assert executed == [b.name for b in BOOKS]
