@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         if db is None:
             print(f"save_reference: step '{step}' has no profile under {src / 'profiles'}; no export kept")
             continue
-        rep = labkit.load_report(db)
+        with warnings.catch_warnings():  # a CPU-only run has no CUDA tables: nothing to warn about here
+            warnings.filterwarnings("ignore", message=".*no CUDA tables.*")
+            warnings.filterwarnings("ignore", message=".*no GPU activity.*")
+            rep = labkit.load_report(db)
         warm, batch = _config(rows, step, "warmup", 0), _config(rows, step, "batch_size", 1)
         target = dst / f"{step}.sqlite"
         target.unlink(missing_ok=True)
