@@ -193,12 +193,17 @@ def scale_boxes(det: np.ndarray, input_hw: tuple[int, int], frame_hw: tuple[int,
 
 
 def count_flops(model: nn.Module, input_hw: tuple[int, int] = INPUT_HW, batch: int = 1) -> int:
-    """FLOPs per frame of one forward pass (2 per multiply-accumulate), from FlopCounterMode."""
+    """FLOPs per frame of one forward pass (2 per multiply-accumulate), from FlopCounterMode.
+
+    Counted on a copy of the model on the ``meta`` device: shapes only, no arithmetic and no
+    memory, so a large input size costs nothing here (and cannot run out of memory)."""
+    import copy
+
     from torch.utils.flop_counter import FlopCounterMode
 
-    device = next(model.parameters()).device
-    x = torch.zeros(batch, 3, *input_hw, device=device)
+    meta = copy.deepcopy(model).to("meta")
+    x = torch.zeros(batch, 3, *input_hw, device="meta")
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
-        model(x)
+        meta(x)
     return int(counter.get_total_flops() // batch)

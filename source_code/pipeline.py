@@ -865,7 +865,10 @@ def _run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None
             run_sync(muxer, stages, sink)
     except PipelineError:
         raise
-    except (RuntimeError, ValueError, cv2.error, OSError) as e:
+    except (RuntimeError, ValueError, cv2.error, OSError, MemoryError) as e:
+        oom = out_of_memory_message(e, cfg)
+        if oom:  # not a partial result: the settings are too large for this machine
+            raise PipelineError(oom, 4) from None
         if state["frames"] == 0:
             raise PipelineError(f"pipeline failed: {type(e).__name__}: {str(e).strip().splitlines()[0]}", 1) from None
         status = "partial"

@@ -34,6 +34,16 @@ def test_cost_is_realistic(model):
     assert count_flops(model, (INPUT_HW[0] // 2, INPUT_HW[1] // 2)) == pytest.approx(flops / 4, rel=0.05)
 
 
+def test_flops_counted_on_meta_equal_a_real_forward_pass(model):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(torch.zeros(2, 3, 96, 160))
+    assert count_flops(model, (96, 160), batch=2) == counter.get_total_flops() // 2
+    assert next(model.parameters()).device.type == "cpu"  # the model itself stays where it was
+
+
 def test_decode_recovers_a_hand_built_peak():
     hm = torch.full((1, 2, 24, 40), -10.0)
     hm[0, 1, 10, 20] = 3.0  # pedestrian peak
