@@ -390,7 +390,7 @@ def _env(env: Mapping[str, str] | None) -> dict | None:
 
 
 def _run_profiled(cmd: list[str], *, name: str, step: str, results_dir: Path, profile_dir: Path, env,
-                  progress: bool) -> tuple[Path, dict]:
+                  progress: bool, capture_range: str | None = None) -> tuple[Path, dict]:
     """The extra run under nsys; returns the .nsys-rep path and the run's row."""
     from labkit import nsys  # lazy: only profiling needs it (and nsys installed)
 
@@ -399,7 +399,7 @@ def _run_profiled(cmd: list[str], *, name: str, step: str, results_dir: Path, pr
     try:
         # nsys passes the application's exit status through, so a failing app lands here
         report = nsys.profile(cmd + ["--results", str(results)], name=name, outdir=profile_dir,
-                              env=dict(env or {}), progress=progress)
+                              env=dict(env or {}), progress=progress, capture_range=capture_range)
     except nsys.NsysNotFoundError:
         raise
     except nsys.NsysError as exc:
@@ -411,7 +411,8 @@ def _run_profiled(cmd: list[str], *, name: str, step: str, results_dir: Path, pr
 def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile: bool = False,
         ledger=None, results_dir: str | os.PathLike | None = None,
         profile_dir: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
-        timeout: float | None = None, name: str | None = None, progress: bool = True) -> Result:
+        timeout: float | None = None, name: str | None = None, progress: bool = True,
+        capture_range: str | None = None) -> Result:
     """Run the application ``repeats`` times and summarize (medians, spread).
 
     Args:
@@ -432,6 +433,9 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
         timeout: seconds allowed per run.
         name: file-name stem (default ``<step>-<YYYYmmdd-HHMMSS>``, so nothing is overwritten).
         progress: show a tqdm bar on stderr.
+        capture_range: for the profiled run, what nsys records (``labkit.nsys.profile``): None
+            (the whole run), ``"cudaProfilerApi"`` (from the program's cudaProfilerStart to its
+            cudaProfilerStop: keeps engine builds and other set-up out), or an NVTX range name.
     Returns:
         :class:`Result`. A results file whose ``status`` is not ``"ok"`` (or has no fps) flags the
         result: :attr:`Result.flags` says why, a :class:`BenchWarning` is issued, and the ledger
@@ -453,7 +457,8 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
     with _progress(total, f"bench {step}", progress) as bar:
         if profile:
             profile_path, row = _run_profiled(cmd, name=name, step=step, results_dir=results_dir,
-                                              profile_dir=_reports("profiles", profile_dir), env=env, progress=progress)
+                                              profile_dir=_reports("profiles", profile_dir), env=env, progress=progress,
+                                              capture_range=capture_range)
             rows.append(row)
             bar.update()
         for i in range(1, repeats + 1):

@@ -278,6 +278,16 @@ def _quiet():
         yield
 
 
+def capture_range(flags: dict) -> str | None:
+    """What nsys records of a step's profiled run: TensorRT steps from the application's
+    cudaProfilerStart (its first frame) on, so that the engine build, with its thousands of
+    tactic-timing kernels, stays out of the kernel tables (TensorRT's guide advises this);
+    every other step the whole run, so that set-up such as ``torch_compile`` shows in it."""
+    if flags.get("backend") == "tensorrt" and device_of(flags) == "cuda":
+        return "cudaProfilerApi"
+    return None
+
+
 def run_step(step: str, *, profile: bool = True, mode: str = MODE, **flags):
     """Benchmark one lab step: a profiled run under nsys, then the mode's measured repeats.
 
@@ -295,7 +305,7 @@ def run_step(step: str, *, profile: bool = True, mode: str = MODE, **flags):
         try:
             return bench.run(app_command(mode=mode, **flags), step=step, repeats=s.repeats, warmup=s.warmup,
                              profile=profile, ledger=LEDGER, results_dir=RESULTS, profile_dir=PROFILES,
-                             env=app_env(), progress=False)
+                             env=app_env(), progress=False, capture_range=capture_range(flags))
         except bench.BenchError as e:
             if _strict():
                 raise

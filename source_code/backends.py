@@ -655,10 +655,11 @@ def _make_ort_backend(model, *, precision, device, batch_size, cache_dir, input_
 #     (TensorRT 11 removes BuilderFlag.FP16/INT8: strong typing only; hence the version check)
 #
 # Engine builds take from seconds to minutes; they happen inside make_backend, before the
-# pipeline's first frame, inside an NVTX range "engine_build" (labkit.annotate). The lab
-# profiles the pipeline with an nsys capture range (NVTX), so the build stays out of the
-# profiled region; when a profile does include it, the range names it. Engines are cached
-# on disk, so only the first run of a configuration pays for the build.
+# pipeline's first frame, inside an NVTX range "engine_build" (labkit.annotate). On CUDA the
+# pipeline calls cudaProfilerStart/Stop around its frames (pipeline._profiler_range), and the
+# lab profiles TensorRT steps with nsys --capture-range=cudaProfilerApi (lab.capture_range), so
+# the build stays out of the profiled region; when a profile does include it, the range names
+# it. Engines are cached on disk, so only the first run of a configuration pays for the build.
 
 TRT_MAX_WORKSPACE = 4 << 30
 

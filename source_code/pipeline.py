@@ -16,6 +16,7 @@ message and an exit code.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -741,6 +742,29 @@ def _ground_truth(first_input: str, warnings: list[str]):
     return None, gt_file
 
 
+@contextlib.contextmanager
+def _profiler_range(device):
+    """cudaProfilerStart/Stop around the frames on a CUDA device, so that ``nsys profile
+    --capture-range=cudaProfilerApi`` records the frames and leaves the set-up out (engine
+    builds, compilation, CUDA graph capture), as TensorRT's guide advises. Without a profiler
+    attached both calls do nothing."""
+    if device.type != "cuda":
+        yield
+        return
+    import torch
+
+    try:
+        torch.cuda.profiler.start()
+    except Exception:  # noqa: BLE001 - a profiling marker must never stop the pipeline
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):  # an error on its way out is the one to report
+            torch.cuda.profiler.stop()
+
+
 _OOM_TEXT = re.compile(r"out of memory|can't allocate memory|failed to allocate memory", re.IGNORECASE)
 
 
@@ -859,10 +883,11 @@ def _run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None
     t_run = time.perf_counter_ns()
     status = "ok"
     try:
-        if cfg.queues and stages:
-            run_queued(muxer, stages, sink, queue_size=cfg.queue_size)
-        else:
-            run_sync(muxer, stages, sink)
+        with _profiler_range(device):
+            if cfg.queues and stages:
+                run_queued(muxer, stages, sink, queue_size=cfg.queue_size)
+            else:
+                run_sync(muxer, stages, sink)
     except PipelineError:
         raise
     except (RuntimeError, ValueError, cv2.error, OSError, MemoryError) as e:

@@ -92,6 +92,14 @@ def test_steps_build_on_each_other(gpu):
                                                         "it needs a CUDA GPU and this machine has none")
 
 
+def test_only_tensorrt_steps_are_profiled_from_the_first_frame():
+    steps = lab.steps("full", gpu=True)
+    assert lab.capture_range(steps["tensorrt_fp16"]) == lab.capture_range(steps["tensorrt_int8"]) == "cudaProfilerApi"
+    for name in ("baseline", "compile", "fp16", "fp16_cuda_graphs", "ort_int8"):
+        assert lab.capture_range(steps[name]) is None, name  # set-up such as torch_compile stays visible
+    assert lab.capture_range({"backend": "tensorrt", "device": "cpu"}) is None  # no CUDA: no cudaProfilerStart
+
+
 def test_flags_returns_a_copy():
     f = lab.flags("no_osd", mode="small")
     f["batch_size"] = 99
