@@ -160,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown configuration(s) {unknown}; known: {', '.join(all_flags)}")
     ledger = Ledger(args.out / "pipeline_table.jsonl")
+    # One untimed decode-only pass first, so the first measured configuration does not pay for
+    # cold caches (the clip and OpenCV's codec libraries in the page cache); on the H100 the
+    # first decode-only rows had the widest spreads.
+    subprocess.run(command(clip, frames, device, {"decode_only": True}), capture_output=True, timeout=args.timeout)
     results: dict[str, object] = {}
     for name in names:
         cmd = command(clip, frames, device, all_flags[name])
