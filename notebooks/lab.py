@@ -327,18 +327,21 @@ def sweep(base: dict, option: str, values, *, step: str, mode: str = MODE):
         swept = bench.sweep(app_command(mode=mode, **base), "--" + option.replace("_", "-"), list(values),
                             step=step, repeats=s.repeats, warmup=s.warmup, ledger=LEDGER, results_dir=RESULTS,
                             env=app_env(), progress=False, on_error="raise" if _strict() else "record")
-    for _, row in swept[swept["error"].notna()].iterrows():
+    for _, row in swept[swept["error"].notna()].iterrows() if "error" in swept else ():
         print(Failed(row["step"], row["error"]))  # the words run_lab looks for
     return swept
 
 
 def report(result):
     """The Nsight Systems report of a step's profiled run: ``result`` is a ``Result`` or a step
-    name (its latest ledger row with a profile). None for a skipped step."""
+    name (its latest ledger row with a profile). None for a skipped step; a failed step raises
+    ValueError naming it (a cell that needs its profile cannot go on)."""
     import warnings
 
     import labkit
 
+    if isinstance(result, Failed):
+        raise ValueError(f"{result}. It has no profile to analyse: fix the error and run that step again.")
     path = getattr(result, "profile", None)
     if isinstance(result, str):
         rows = ledger([result])
@@ -358,6 +361,8 @@ def report(result):
 def kernels(result, n: int = 10):
     """The ``n`` GPU kernels with the most total time in a step's profile, or a Note saying
     why there are none."""
+    if isinstance(result, Skipped):  # skipped or failed: nothing to show but why
+        return Note(f"No profile: {result}")
     rep = report(result)
     if rep is None:
         return Note(f"No profile: {result}")
@@ -372,6 +377,8 @@ def copies(result, mode: str = MODE):
     of host memory (pinned or pageable): ``Report.copy_table`` (copies, MB, KB per copy, ms).
     A Note when there are none. A copy from pageable host memory makes the calling thread wait
     (``Report.pageable_copies`` lists those calls)."""
+    if isinstance(result, Skipped):  # skipped or failed: nothing to show but why
+        return Note(f"No profile: {result}")
     rep = report(result)
     if rep is None:
         return Note(f"No profile: {result}")
@@ -397,6 +404,8 @@ def warmup_batches(result, mode: str = MODE) -> int:
 def ranges(result, names):
     """NVTX summary rows (name, instances, total_ns, avg_ns) of the range ``names`` in a step's
     profile, or a Note when the step did not run."""
+    if isinstance(result, Skipped):  # skipped or failed: nothing to show but why
+        return Note(f"No profile: {result}")
     rep = report(result)
     if rep is None:
         return Note(f"No profile: {result}")

@@ -30,6 +30,21 @@ def lab_notebooks(folder: Path = ROOT / "notebooks") -> list[Path]:
     return sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb") if "solution" not in p.name.lower())
 
 
+class NotebookError(Exception):
+    """A cell raised; carries the message and the steps that had failed before it."""
+
+    def __init__(self, message: str, failed: dict[str, str]):
+        super().__init__(message)
+        self.failed = failed
+
+
+def report_failures(failed: dict[str, tuple[str, str]]) -> None:
+    if failed:
+        print(f"run_lab: {len(failed)} step(s) failed:", file=sys.stderr)
+        for step, (book, why) in failed.items():
+            print(f"  {book}: {step}: {why}", file=sys.stderr)
+
+
 def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int) -> tuple[float, dict[str, str]]:
     """Execute one notebook with the project root as working dir; returns seconds taken and the
     steps that failed in it (see :func:`failures`)."""
@@ -47,8 +62,8 @@ def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int) -> tuple
     except CellExecutionError as exc:
         out_dir.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, out_dir / path.name)
-        raise SystemExit(f"run_lab: {path.name} failed (executed copy with the error: "
-                         f"{out_dir / path.name}):\n{str(exc)[-2000:]}") from None
+        raise NotebookError(f"run_lab: {path.name} failed (executed copy with the error: "
+                            f"{out_dir / path.name}):\n{str(exc)[-2000:]}", failures(nb)) from None
     out_dir.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out_dir / path.name)
     return time.perf_counter() - t0, failures(nb)
@@ -68,7 +83,7 @@ def failures(nb) -> dict[str, str]:
             for text in (out.get("text", ""), data.get("text/plain", ""), data.get("text/markdown", "")):
                 text = "".join(text) if isinstance(text, list) else text
                 for m in FAILED.finditer(text):
-                    found.setdefault(m.group(1), m.group(2).strip().rstrip(".").strip("*"))
+                    found.setdefault(m.group(1), m.group(2).strip().strip("'\"*").rstrip("."))
     return found
 
 
@@ -112,7 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     failed: dict[str, tuple[str, str]] = {}
     for book in books:
         print(f"run_lab: {book.name} (mode {args.mode}) ...", flush=True)
-        dt, bad = run_notebook(book, args.out, mode=args.mode, timeout=args.timeout)
+        try:
+            dt, bad = run_notebook(book, args.out, mode=args.mode, timeout=args.timeout)
+        except NotebookError as exc:
+            failed.update({step: (book.name, why) for step, why in exc.failed.items()})
+            report_failures(failed)
+            print(str(exc), file=sys.stderr)
+            return 1
         total += dt
         record_timing(args.out, book.name, dt, args.mode)
         failed.update({step: (book.name, why) for step, why in bad.items()})
@@ -120,12 +141,8 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     print(f"run_lab: {len(books)} notebooks in {total:.0f} s; executed copies in {args.out}; "
           f"speed-up table in {Path(os.environ.get('LABKIT_REPORTS') or ROOT / 'reports') / 'speedup.md'}")
-    if failed:
-        print(f"run_lab: {len(failed)} step(s) failed (the notebooks went on without them):", file=sys.stderr)
-        for step, (book, why) in failed.items():
-            print(f"  {book}: {step}: {why}", file=sys.stderr)
-        return 1
-    return 0
+    report_failures(failed)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

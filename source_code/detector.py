@@ -196,7 +196,7 @@ def count_flops(model: nn.Module, input_hw: tuple[int, int] = INPUT_HW, batch: i
     """FLOPs per frame of one forward pass (2 per multiply-accumulate), from FlopCounterMode.
 
     Counted on a copy of the model on the ``meta`` device: shapes only, no arithmetic and no
-    memory, so a large input size costs nothing here (and cannot run out of memory)."""
+    activations, so a large input size costs nothing here (only the weights are copied once)."""
     import copy
 
     from torch.utils.flop_counter import FlopCounterMode

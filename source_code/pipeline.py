@@ -714,6 +714,9 @@ def _detector(cfg: PipelineConfig, device, input_hw):
     except FileNotFoundError as e:
         raise PipelineError(str(e), 3) from None
     except (RuntimeError, KeyError, ValueError) as e:
+        oom = out_of_memory_message(e, cfg)
+        if oom:
+            raise PipelineError(oom, 4) from None
         raise PipelineError(f"cannot load detector weights {cfg.weights or 'weights/detector.pt'}: "
                             f"{str(e).splitlines()[0]}", 3) from None
     model_info = {"weights": str(cfg.weights or DEFAULT_WEIGHTS),
@@ -725,7 +728,8 @@ def _detector(cfg: PipelineConfig, device, input_hw):
                                          batch_size=cfg.batch_size, channels_last=cfg.channels_last,
                                          cuda_graphs=cfg.cuda_graphs, compile=cfg.compile, input_hw=input_hw)
     except backends.BackendUnavailable as e:
-        raise PipelineError(str(e), 3) from None
+        oom = out_of_memory_message(e, cfg)  # an engine build that ran out of memory
+        raise PipelineError(oom or str(e), 4 if oom else 3) from None
     return model_info, infer_fn
 
 
@@ -793,8 +797,8 @@ def out_of_memory_message(exc: BaseException, cfg: PipelineConfig) -> str | None
 
 def run_pipeline(cfg: PipelineConfig, *, progress: Callable[[str], None] | None = None) -> dict:
     """Run the pipeline described by ``cfg``; return the results document (see README).
-    An allocation failure anywhere (a batch too large for the GPU) becomes a PipelineError
-    (exit code 4) naming the fix."""
+    An allocation failure (a batch too large for the GPU: loading the weights, building the
+    backend, or in the frame loop) becomes a PipelineError (exit code 4) naming the fix."""
     try:
         return _run_pipeline(cfg, progress=progress)
     except PipelineError:

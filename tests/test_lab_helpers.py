@@ -374,6 +374,10 @@ def test_a_failing_step_is_reported_and_the_notebook_goes_on(ledger, tmp_path, m
     assert str(r) == "Step 'broken' failed here: detect_video: error: --batch-size must be at least 1 (got 0)"
     assert lab.compare(r, "baseline").startswith("No comparison: Step 'broken' failed here")
     assert len(lab.ledger()) == 0
+    with pytest.raises(ValueError, match="Step 'broken' failed here: .* no profile to analyse"):
+        lab.report(r)  # a cell that needs the profile stops, naming the failed step
+    assert lab.kernels(r).startswith("No profile: Step 'broken' failed here")
+    assert lab.copies(r).startswith("No profile") and lab.ranges(r, ["infer"]).startswith("No profile")
     monkeypatch.setenv("LABKIT_STRICT", "1")
     with pytest.raises(BenchError, match="exited with status 2"):
         lab.run_step("broken", profile=False, mode="small", batch_size=0, device="cpu")
@@ -387,3 +391,7 @@ def test_a_failing_step_is_reported_and_the_notebook_goes_on(ledger, tmp_path, m
                     {"cell_type": "markdown"}]}
     assert failures(nb) == {"broken": "detect_video: error: --batch-size must be at least 1 (got 0)"}
     assert failures({"cells": [{"cell_type": "code", "outputs": [{"output_type": "stream", "text": "ok"}]}]}) == {}
+    note = lab.compare(r, "baseline")  # the plain-text repr of a Note quotes it
+    plain = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "execute_result",
+                                                          "data": {"text/plain": repr(str(note))}}]}]}
+    assert failures(plain) == {"broken": "detect_video: error: --batch-size must be at least 1 (got 0)"}
