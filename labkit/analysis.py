@@ -490,12 +490,13 @@ def copy_table(rep, *, warmup: int = 0) -> pd.DataFrame:
     copies); one row per (kind, host), largest MB first; empty (with these columns) when none.
     """
     cols = ["kind", "host", "copies", "mb", "kb_per_copy", "ms"]
+    empty = pd.DataFrame({c: pd.Series(dtype=object if c in ("kind", "host") else "float64") for c in cols})
     m, api, nv = rep.memcpy, rep.cuda_api, rep.nvtx
     if len(m):
         m = m[m["kind"].isin(["Host-to-Device", "Device-to-Host"])]
     ranges = nv[(nv["kind"] == "push_pop") & nv["payload"].notna()] if len(nv) else nv
     if len(m) == 0 or len(api) == 0 or len(ranges) == 0:
-        return pd.DataFrame({c: pd.Series(dtype=object if c in ("kind", "host") else "float64") for c in cols})
+        return empty
     calls = m.merge(api[["pid", "correlation_id", "global_tid", "start_ns"]].rename(columns={"start_ns": "call_ns"}),
                     on=["pid", "correlation_id"], how="inner")
     r = ranges[["global_tid", "start_ns", "end_ns", "payload"]].rename(
@@ -504,7 +505,7 @@ def copy_table(rep, *, warmup: int = 0) -> pd.DataFrame:
                       right_on="range_start", by="global_tid", direction="backward")
     j = j[(j["call_ns"] <= j["range_end"]) & (j["payload"] >= warmup)]
     if len(j) == 0:
-        return pd.DataFrame({c: pd.Series(dtype=object if c in ("kind", "host") else "float64") for c in cols})
+        return empty
     host = np.where(j["kind"] == "Host-to-Device", j["src_kind"], j["dst_kind"])
     out = (j.assign(host=host).groupby(["kind", "host"], sort=False)
            .agg(copies=("bytes", "size"), mb=("bytes", "sum"), ms=("duration_ns", "sum")).reset_index())

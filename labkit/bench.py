@@ -68,6 +68,13 @@ class BenchError(LabkitError):
     """A benchmark run failed: the message carries the application's stderr tail."""
 
 
+def error_line(exc: BaseException) -> str:
+    """The line of a BenchError (or any error) that says what went wrong: the last one that
+    mentions an error (the application's ``detect_video: error: ...``), else the last line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else repr(exc))
+
+
 class BenchWarning(UserWarning):
     """A run finished but its results are suspect (status not "ok", missing figures)."""
 
@@ -512,8 +519,7 @@ def sweep(base_command, param: str, values: Sequence, *, step: str, progress: bo
         except BenchError as e:
             if on_error == "raise":
                 raise
-            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-            error = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "")
+            error = error_line(e)
             warnings.warn(f"sweep {param} {value}: {error}", BenchWarning, stacklevel=2)
             rows.append({col: value, "step": s, "name": None, "ok": False, "error": error, "fps": float("nan")})
             continue

@@ -246,12 +246,6 @@ def _strict() -> bool:
     return os.environ.get("LABKIT_STRICT", "") not in ("", "0")
 
 
-def _error_line(exc: Exception) -> str:
-    """The application's error line from a BenchError (else its last line)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else repr(exc))
-
-
 class Note(str):
     """A computed sentence that renders as markdown in a notebook."""
 
@@ -309,7 +303,7 @@ def run_step(step: str, *, profile: bool = True, mode: str = MODE, **flags):
         except bench.BenchError as e:
             if _strict():
                 raise
-            return Failed(step, _error_line(e))
+            return Failed(step, bench.error_line(e))
 
 
 def sweep(base: dict, option: str, values, *, step: str, mode: str = MODE):
@@ -358,14 +352,18 @@ def report(result):
         return labkit.load_report(path)
 
 
+def _report_or_note(result):
+    """The step's report, or a Note saying why there is none (skipped, failed, not profiled)."""
+    rep = None if isinstance(result, Skipped) else report(result)
+    return rep if rep is not None else Note(f"No profile: {result}")
+
+
 def kernels(result, n: int = 10):
     """The ``n`` GPU kernels with the most total time in a step's profile, or a Note saying
     why there are none."""
-    if isinstance(result, Skipped):  # skipped or failed: nothing to show but why
-        return Note(f"No profile: {result}")
-    rep = report(result)
-    if rep is None:
-        return Note(f"No profile: {result}")
+    rep = _report_or_note(result)
+    if isinstance(rep, Note):
+        return rep
     k = rep.kernel_summary()
     if len(k) == 0:
         return Note("No GPU kernels in this profile: the run used the CPU only.")
@@ -377,11 +375,9 @@ def copies(result, mode: str = MODE):
     of host memory (pinned or pageable): ``Report.copy_table`` (copies, MB, KB per copy, ms).
     A Note when there are none. A copy from pageable host memory makes the calling thread wait
     (``Report.pageable_copies`` lists those calls)."""
-    if isinstance(result, Skipped):  # skipped or failed: nothing to show but why
-        return Note(f"No profile: {result}")
-    rep = report(result)
-    if rep is None:
-        return Note(f"No profile: {result}")
+    rep = _report_or_note(result)
+    if isinstance(rep, Note):
+        return rep
     out = rep.copy_table(warmup=warmup_batches(result, mode))
     if len(out) == 0:
         return Note("No host-device copies after warm-up in this profile: the run used the CPU only.")
@@ -404,11 +400,9 @@ def warmup_batches(result, mode: str = MODE) -> int:
 def ranges(result, names):
     """NVTX summary rows (name, instances, total_ns, avg_ns) of the range ``names`` in a step's
     profile, or a Note when the step did not run."""
-    if isinstance(result, Skipped):  # skipped or failed: nothing to show but why
-        return Note(f"No profile: {result}")
-    rep = report(result)
-    if rep is None:
-        return Note(f"No profile: {result}")
+    rep = _report_or_note(result)
+    if isinstance(rep, Note):
+        return rep
     s = rep.nvtx_summary()
     return s[s["name"].isin(list(names))][["name", "instances", "total_ns", "avg_ns"]].reset_index(drop=True)
 
