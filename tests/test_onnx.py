@@ -85,7 +85,10 @@ def test_onnxruntime_fp32_backend_matches_torch(model, workdir, real_frames):
 
 
 def test_onnxruntime_int8_is_cached_and_close(model, workdir, real_frames):
-    calib = B.CalibrationSettings(seeds=(9101,), frames_per_seed=8, seconds=1.0)
+    # The application's own calibration (4 scenes x 16 frames), which the INT8 accuracy test
+    # below then finds in the cache. A one-scene, 8-frame calibration moved the 99.9th
+    # percentile past 0.05 (0.054 with onnxruntime 1.31-1.32, OpenCV 5.0), against 0.044 here.
+    calib = B.CalibrationSettings()
     backend = B.make_backend(model, backend="onnxruntime", precision="int8", batch_size=4, cache_dir=workdir,
                              calibration=calib)
     assert backend.name == "onnxruntime-int8-cpu"
