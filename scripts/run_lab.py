@@ -19,6 +19,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,19 +52,24 @@ def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int) -> tuple
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
+    from traitlets.config import Config
 
     nb = nbformat.read(path, as_version=4)
     os.environ["LABKIT_MODE"] = mode
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
     t0 = time.perf_counter()
-    try:
-        client.execute()
-    except CellExecutionError as exc:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, out_dir / path.name)
-        raise NotebookError(f"run_lab: {path.name} failed (executed copy with the error: "
-                            f"{out_dir / path.name}):\n{str(exc)[-2000:]}", failures(nb)) from None
+    # The kernel talks to us over Unix sockets in a private folder: over the default TCP
+    # transport every kernel (ipykernel 7) warns that its traffic is unencrypted.
+    with tempfile.TemporaryDirectory(prefix="labkit-kernel-") as sockets:
+        ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "kernel")}})
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", config=ipc,
+                                resources={"metadata": {"path": str(path.parent)}})
+        try:
+            client.execute()
+        except CellExecutionError as exc:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, out_dir / path.name)
+            raise NotebookError(f"run_lab: {path.name} failed (executed copy with the error: "
+                                f"{out_dir / path.name}):\n{str(exc)[-2000:]}", failures(nb)) from None
     out_dir.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out_dir / path.name)
     return time.perf_counter() - t0, failures(nb)

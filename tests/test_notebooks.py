@@ -78,3 +78,33 @@ def test_whole_lab_runs_headless_in_small_mode(tmp_path):
     again = subprocess.run(save, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 1 and "--overwrite" in again.stderr
     assert (saved / "ledger.jsonl").read_bytes() == before
+
+
+def test_run_notebook_quietly_and_names_a_failing_cell(tmp_path):
+    """A real kernel (over Unix sockets, so no transport warning): a good notebook runs and is
+    saved with its outputs; a failing one raises NotebookError and keeps the executed copy."""
+    import nbformat
+
+    for name, source in (("good.ipynb", "print(6 * 7)"), ("bad.ipynb", "raise ValueError('no video here')")):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, tmp_path / name)
+    script = (
+        "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); from run_lab import *\n"
+        "folder = Path(sys.argv[2])\n"
+        "seconds, failed = run_notebook(folder / 'good.ipynb', folder / 'out', mode='small', timeout=60)\n"
+        "print('good', seconds > 0, failed)\n"
+        "try:\n"
+        "    run_notebook(folder / 'bad.ipynb', folder / 'out', mode='small', timeout=60)\n"
+        "except NotebookError as exc:\n"
+        "    print('bad', str(exc).splitlines()[0])\n")
+    out = subprocess.run([sys.executable, "-c", script, str(ROOT / "scripts"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "good True {}" in out.stdout
+    assert f"bad run_lab: bad.ipynb failed (executed copy with the error: {tmp_path / 'out' / 'bad.ipynb'})" in out.stdout
+    assert "without encryption" not in out.stderr and "WARNING" not in out.stderr, out.stderr
+    good = nbformat.read(tmp_path / "out" / "good.ipynb", as_version=4)
+    assert good.cells[0].outputs[0]["text"] == "42\n"
+    bad = nbformat.read(tmp_path / "out" / "bad.ipynb", as_version=4)
+    assert "no video here" in str(bad.cells[0].outputs)
