@@ -5,6 +5,7 @@ tests/fixtures/README.md). Instance counts must match exactly, times within 0.01
 """
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -40,6 +41,8 @@ NVTX_CASES = [
     ("gputest.nsys2025.3.sqlite", "gputest.nsys2025.3.stats2022.4.nvtxsum.csv", "2022"),
     # a named domain: its NvtxDomainCreate row once broke load_report under pandas 3
     ("domains.nsys2022.4.sqlite", "domains.nsys2022.4.nvtxsum.csv", "2022"),
+    # the lab's own application (detect_video.py, queued, CPU) under Debian's nsys
+    ("pipeline.nsys2022.4.sqlite", "pipeline.nsys2022.4.nvtxsum.csv", "2022"),
 ]
 
 
@@ -149,3 +152,19 @@ def test_gpu_projection_summary_is_consistent_with_trace():
         assert summ.loc[name, "total_ns"] == g["proj_duration_ns"].sum()
         assert summ.loc[name, "gpu_ops"] == g["num_gpu_ops"].sum()
     assert summ.loc["d2h", "gpu_ops"] == 10  # one device-to-host copy per batch
+
+
+@pytest.mark.parametrize("stem", ["pipeline.nsys2022.4", "pipeline.nsys2025.3"])
+def test_in_process_stage_times_agree_with_the_report(stem):
+    """The application's own results (labkit.annotate's in-process times, warm-up batch left out)
+    against the same ranges read from its nsys report (payload 0, the warm-up batch, left out),
+    for the CPU run under nsys 2022.4 and the H100 run under nsys 2025.3."""
+    rep = _load(f"{stem}.sqlite")
+    doc = json.loads((FIX / f"{stem}.results.json").read_text())
+    nv = rep.nvtx[(rep.nvtx["kind"] == "push_pop") & (rep.nvtx["payload"].astype("float64") >= 1)]
+    for stage in ("preprocess", "infer", "postprocess", "track"):
+        ours = nv.loc[nv["name"] == stage, "duration_ns"].sum() / 1e6
+        theirs = doc["stage_detail"][stage]["total_ms"]
+        assert ours == pytest.approx(theirs, rel=0.03, abs=0.2), stage
+    table = rep.stage_table()
+    assert {"preprocess", "infer", "postprocess"} <= set(table["stage"] if "stage" in table else table.index)
