@@ -85,12 +85,13 @@ def nsys_version_tuple(path: str | None = None) -> tuple[int, ...] | None:
     return tuple(int(p) for p in v.split(".")) if v else None
 
 
-def reports_dir() -> Path:
-    """Where runs write profiles, results and the ledger: ``$LABKIT_REPORTS``, else ``reports``.
+def reports_dir(default: str | os.PathLike = "reports") -> Path:
+    """Where runs write profiles, results and the ledger: ``$LABKIT_REPORTS``, else ``default``
+    (``reports`` under the working folder; the project's scripts pass their own ``reports/``).
 
     Read at call time, so a notebook may set the variable after importing labkit.
     """
-    return Path(os.environ.get("LABKIT_REPORTS") or "reports")
+    return Path(os.environ.get("LABKIT_REPORTS") or default)
 
 
 def package_version(name: str) -> str | None:

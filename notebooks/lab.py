@@ -19,13 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+from labkit.env import reports_dir
+
 MODES = ("small", "full")
 MODE = os.environ.get("LABKIT_MODE", "full").strip().lower() or "full"
 if MODE not in MODES:
     raise ValueError(f"LABKIT_MODE={MODE!r}: use 'small' (a few minutes) or 'full'")
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORTS = Path(os.environ.get("LABKIT_REPORTS") or ROOT / "reports").resolve()
+REPORTS = reports_dir(ROOT / "reports").resolve()
 LEDGER = REPORTS / "ledger.jsonl"
 PROFILES = REPORTS / "profiles"
 RESULTS = REPORTS / "results"

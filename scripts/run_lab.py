@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from labkit.env import reports_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -117,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--only", default="", help="run only notebooks whose name starts with this")
     which.add_argument("--from", dest="start", default="", metavar="NN",
                        help="run the notebooks from the one whose name starts with this, in order")
-    p.add_argument("--out", type=Path, default=Path(os.environ.get("LABKIT_REPORTS") or ROOT / "reports") / "notebooks",
+    reports = reports_dir(ROOT / "reports")
+    p.add_argument("--out", type=Path, default=reports / "notebooks",
                    help="where the executed copies go (default: $LABKIT_REPORTS/notebooks, else reports/notebooks)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
     args = p.parse_args(argv)
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run_lab: {book.name} done in {dt:.0f} s" + (f"; {len(bad)} step(s) failed" if bad else ""),
               flush=True)
     print(f"run_lab: {len(books)} notebooks in {total:.0f} s; executed copies in {args.out}; "
-          f"speed-up table in {Path(os.environ.get('LABKIT_REPORTS') or ROOT / 'reports') / 'speedup.md'}")
+          f"speed-up table in {reports / 'speedup.md'}")
     report_failures(failed)
     return 1 if failed else 0
 

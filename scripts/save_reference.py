@@ -15,12 +15,13 @@ share its column.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
 import warnings
 from pathlib import Path
+
+from labkit.env import reports_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +41,7 @@ def _config(rows, step: str, key: str, default: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("machine", help="folder name under reports/reference/, e.g. h100")
-    p.add_argument("--reports", type=Path, default=Path(os.environ.get("LABKIT_REPORTS") or ROOT / "reports"))
+    p.add_argument("--reports", type=Path, default=reports_dir(ROOT / "reports"))
     p.add_argument("--dest", type=Path, default=ROOT / "reports" / "reference",
                    help="the folder of reference machines (the results go to DEST/MACHINE)")
     p.add_argument("--ledger-name", default="ledger.jsonl")
