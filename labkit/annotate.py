@@ -27,16 +27,25 @@ between push and pop) is resolved lazily by :func:`records`.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
+import os
 import sys
+import tempfile
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable
+
+from labkit.errors import LabkitError
 
 try:  # nvtx is a dependency, but annotation must never break an application.
     import nvtx as _nvtx
+    from nvtx._lib import EventAttributes as _EventAttributes
+    from nvtx._lib import mark as _mark
+    from nvtx._lib import pop_range as _pop
+    from nvtx._lib import push_range as _push
 except ImportError:  # pragma: no cover - exercised only where nvtx is absent
     _nvtx = None
 
@@ -51,6 +60,15 @@ __all__ = [
     "enable_cuda_timing",
     "enable_recording",
     "ITEMS_MARK",
+    "RESULTS_SCHEMA",
+    "RESULTS_SCHEMA_VERSION",
+    "RESULTS_FIELDS",
+    "FAILED_FIELDS",
+    "ResultsError",
+    "results_marker",
+    "is_results_file",
+    "write_results",
+    "read_results",
 ]
 
 ITEMS_MARK = "items"
@@ -91,6 +109,35 @@ _lock = threading.Lock()
 _records: list[tuple] = []  # raw tuples; cuda events resolved on demand
 _recording = True
 _cuda_timing = False
+_now = time.perf_counter_ns
+_get_ident = threading.get_ident
+_threads: dict[int, threading.Thread] = {}  # ident -> thread, registered at its first range
+# the default domain (messages registered in it), as nvtx.push_range(message=...) uses
+_DOMAIN = _nvtx.get_domain(None) if _nvtx is not None else None
+_HANDLE = _DOMAIN.handle if _DOMAIN is not None else None
+_local = threading.local()  # per-thread attributes: the payload is set in place before each push
+
+
+def _attributes(name: str, color: str | None) -> tuple:
+    """This thread's reusable NVTX event attributes for ``name``: (range with an int payload,
+    range without one, its items mark); Nones without nvtx. nvtx cannot clear a payload once
+    set, hence two. A thread's first call also registers it for :func:`records`."""
+    try:
+        return _local.attrs[name, color]
+    except AttributeError:
+        _local.attrs = {}
+        _threads[_get_ident()] = threading.current_thread()
+    except KeyError:
+        pass
+    if _DOMAIN is None:
+        attrs = (None, None, None)
+    else:
+        rgb = color or _COLORS.get(name, "blue")
+        reg = _DOMAIN.get_registered_string
+        attrs = (_EventAttributes(reg(name), rgb, None, 0), _EventAttributes(reg(name), rgb, None, None),
+                 _EventAttributes(reg(ITEMS_MARK), rgb, None, 0))
+    _local.attrs[name, color] = attrs
+    return attrs
 
 
 def enable_recording(on: bool = True) -> None:
@@ -114,31 +161,51 @@ def _cuda_events():
     return start
 
 
-@contextmanager
-def range(name: str, *, batch: int | None = None, items: int | None = None,
-          color: str | None = None) -> Iterator[None]:
-    """Time a block as an NVTX range named ``name`` (payload = ``batch``)."""
-    color = color or _COLORS.get(name, "blue")
-    if _nvtx is not None:
-        _nvtx.push_range(message=name, color=color, payload=batch)
-    cuda_start = _cuda_events()
-    t0 = time.perf_counter_ns()
-    try:
-        yield
-    finally:
-        t1 = time.perf_counter_ns()
+class range:  # noqa: A001 - the public name since the first release; shadows the builtin only here
+    """Time a block as an NVTX range named ``name`` (payload = ``batch``).
+
+    A class rather than a generator context manager, and the NVTX event attributes are built
+    once per (thread, name, colour) and reused with the payload set in place: the pipeline
+    opens several ranges per frame, and nvtx's own helpers cost 4-5 us per call (their
+    attribute cache is keyed by payload, so it allocates for every new batch index).
+    """
+
+    __slots__ = ("name", "batch", "items", "color", "t0", "cuda_start", "mark")
+
+    def __init__(self, name: str, *, batch: int | None = None, items: int | None = None,
+                 color: str | None = None):
+        self.name = name
+        self.batch = batch
+        self.items = items
+        self.color = color
+
+    def __enter__(self) -> None:
+        with_payload, without, self.mark = _attributes(self.name, self.color)
+        if _HANDLE is not None:
+            if self.batch is not None:
+                with_payload.payload = self.batch
+                _push(with_payload, _HANDLE)
+            else:
+                _push(without, _HANDLE)
+        self.cuda_start = _cuda_events() if _cuda_timing else None
+        self.t0 = _now()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        t1 = _now()
         cuda_end = None
-        if cuda_start is not None:
+        if self.cuda_start is not None:
             cuda_end = sys.modules["torch"].cuda.Event(enable_timing=True)
             cuda_end.record()
-        if _nvtx is not None:
-            if items is not None:
-                _nvtx.mark(message=ITEMS_MARK, color=color, payload=int(items))
-            _nvtx.pop_range()
+        if _HANDLE is not None:
+            if self.items is not None:
+                self.mark.payload = int(self.items)
+                _mark(self.mark, _HANDLE)
+            _pop(_HANDLE)
         if _recording:
-            th = threading.current_thread()
-            with _lock:
-                _records.append((name, t0, t1, th.native_id, th.name, batch, items, cuda_start, cuda_end))
+            # list.append is atomic under the GIL: no lock on the hot path; the thread's id and
+            # name are looked up when the records are read
+            _records.append((self.name, self.t0, t1, _get_ident(), self.batch, self.items,
+                             self.cuda_start, cuda_end))
 
 
 def ranged(name: str | None = None, **kwargs) -> Callable:
@@ -168,12 +235,13 @@ def records() -> list[Record]:
     with _lock:
         raw = list(_records)
     out = []
-    for name, t0, t1, tid, tname, batch, items, ev0, ev1 in raw:
+    for name, t0, t1, ident, batch, items, ev0, ev1 in raw:
+        th = _threads[ident]
         cuda_ms = None
         if ev0 is not None and ev1 is not None:
             ev1.synchronize()
             cuda_ms = float(ev0.elapsed_time(ev1))
-        out.append(Record(name, t0, t1, tid, tname, batch, items, cuda_ms))
+        out.append(Record(name, t0, t1, th.native_id, th.name, batch, items, cuda_ms))
     return out
 
 
@@ -203,3 +271,111 @@ def reset() -> None:
     """Forget every recorded range."""
     with _lock:
         _records.clear()
+
+
+# ----------------------------------------------------------------------------- results file
+# The results file is the application's side of its contract with labkit (beside the range
+# names): the application writes it with write_results, labkit reads it with read_results.
+RESULTS_SCHEMA = "labkit-results"
+"""Value of the ``schema`` field: marks a file as written by an application through this module."""
+RESULTS_SCHEMA_VERSION = 2
+"""Version 2 dropped ``env`` (labkit records the environment in the ledger). Version 1 files
+(``"schema": 1``, no ``schema_version``) are still read."""
+
+_OPT_NUM = (int, float, type(None))
+RESULTS_FIELDS: dict[str, tuple[type, ...]] = {
+    "status": (str,),  # "ok" or "partial" (frames so far kept)
+    "frames": (int,),  # frames processed, every stream, warm-up included
+    "timed_frames": (int,),  # frames after warm-up
+    "warmup_frames": (int,),
+    "seconds": _OPT_NUM,  # wall time of the timed frames, s
+    "fps": _OPT_NUM,  # timed_frames / seconds, frames/s
+    "stages": (dict,),  # {stage: ms per timed frame or None}
+    "stage_detail": (dict,),  # {stage: {count, total_ms, mean_ms, items, ms_per_item, cuda_ms}}
+    "latency_ms": (dict,),  # {"p50": ms or None, "p99": ms or None}, decode start to the end of display
+    "accuracy": (dict,),  # {"map50", "mota", "idf1", "hota": float or None, "note": str, ...}
+    "config": (dict,),  # the run's options, plus device_resolved, input_hw, output, ...
+    "model": (dict, type(None)),  # weights, params_m, gflops_per_frame; None with --decode-only
+    "output_frames": (int,),  # frames written to the output video
+    "warnings": (list,),  # one line each
+}
+"""Fields of a finished run's results file (status "ok" or "partial") and their JSON types."""
+FAILED_FIELDS: dict[str, tuple[type, ...]] = {"status": (str,), "error": (str,), "config": (dict,)}
+"""Fields of a failed run's results file (status "failed"): the one-line error and the options."""
+
+
+class ResultsError(LabkitError):
+    """A results file that is missing, unreadable or not of the expected schema."""
+
+
+def results_marker() -> dict[str, Any]:
+    """The fields that mark a results file and its version."""
+    return {"schema": RESULTS_SCHEMA, "schema_version": RESULTS_SCHEMA_VERSION}
+
+
+def _version(data: Any) -> int | None:
+    """Schema version of a decoded results document, or None when it is not one."""
+    if not isinstance(data, dict):
+        return None
+    if data.get("schema") == 1 and "schema_version" not in data:
+        return 1
+    if data.get("schema") == RESULTS_SCHEMA and isinstance(data.get("schema_version"), int):
+        return data["schema_version"]
+    return None
+
+
+def is_results_file(path: str | os.PathLike) -> bool:
+    """True when ``path`` is a JSON file that carries the results schema marker (of any version)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return _version(json.load(f)) is not None
+    except (OSError, ValueError):
+        return False
+
+
+def write_results(path: str | os.PathLike, data: dict) -> None:
+    """Write ``data`` (with the schema marker added) to ``path`` atomically: a temporary file in
+    the same folder, renamed into place, so a reader never sees half a file."""
+    doc = {**results_marker(), **data}
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2, default=str)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_results(path: str | os.PathLike) -> dict:
+    """Read and validate a results file; returns the decoded document.
+
+    Raises:
+        ResultsError: naming the file and the field (missing, wrong type, unknown schema).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no results file: did the application run with --results {path}?") from None
+    except (OSError, ValueError) as e:
+        raise ResultsError(f"{path}: not a readable JSON results file ({e}); run the application again") from None
+    version = _version(data)
+    if version is None:
+        raise ResultsError(f"{path}: not a results file (field 'schema' should be {RESULTS_SCHEMA!r}); "
+                           "was it written by the application?")
+    if version > RESULTS_SCHEMA_VERSION:
+        raise ResultsError(f"{path}: results schema version {version} is newer than this labkit reads "
+                           f"({RESULTS_SCHEMA_VERSION}); update labkit")
+    fields = FAILED_FIELDS if data.get("status") == "failed" else RESULTS_FIELDS
+    for name, types in fields.items():
+        if name not in data:
+            raise ResultsError(f"{path}: field {name!r} is missing (schema version {version})")
+        value = data[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            want = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            raise ResultsError(f"{path}: field {name!r} should be {want}, not {type(value).__name__}")
+    return data
