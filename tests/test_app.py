@@ -46,7 +46,7 @@ def test_scripts_run_as_plain_files(script, tmp_path):
 
 def test_readme_documents_flags_stages_and_ground_truth():
     from source_code.detect_video import build_parser
-    from source_code.pipeline import STAGES
+    from source_code.stages import STAGES
     from source_code.scenes import GT_HEADER
 
     readme = (APP / "README.md").read_text()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from source_code.pipeline import STAGES
+from source_code.stages import STAGES
 from source_code.scenes import SceneConfig, make_video
 
 ROOT = Path(__file__).resolve().parents[1]

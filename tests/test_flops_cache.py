@@ -1,4 +1,4 @@
-"""source_code.pipeline._flops: FLOPs per frame cached in <folder>/flops.json, keyed by
+"""source_code.flops.flops_per_frame: FLOPs per frame cached in <folder>/flops.json, keyed by
 architecture and input size. The real detector and the real FlopCounterMode count, at small sizes."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from source_code.detector import build_detector, count_flops
-from source_code.pipeline import _flops
+from source_code.flops import flops_per_frame
 
 SMALL = (64, 96)
 OTHER = (96, 160)
@@ -42,7 +42,7 @@ def cache(folder: Path) -> dict:
 
 def test_first_call_counts_second_call_reads_the_cache(model, direct, tmp_path):
     count = Counting()
-    v1 = _flops(model, SMALL, count, tmp_path)
+    v1 = flops_per_frame(model, SMALL, count, tmp_path)
     assert count.calls == [SMALL]
     assert isinstance(v1, int) and v1 == direct[SMALL] > 0
     known = cache(tmp_path)
@@ -50,7 +50,7 @@ def test_first_call_counts_second_call_reads_the_cache(model, direct, tmp_path):
     (key,) = known
     assert key.endswith("64x96") and type(model).__name__ in key
 
-    v2 = _flops(model, SMALL, count, tmp_path)
+    v2 = flops_per_frame(model, SMALL, count, tmp_path)
     assert count.calls == [SMALL]  # not counted again
     assert v2 == v1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["flops.json"]  # no temporary file left
@@ -58,26 +58,26 @@ def test_first_call_counts_second_call_reads_the_cache(model, direct, tmp_path):
 
 def test_another_input_size_is_another_key(model, direct, tmp_path):
     count = Counting()
-    a = _flops(model, SMALL, count, tmp_path)
-    b = _flops(model, OTHER, count, tmp_path)
+    a = flops_per_frame(model, SMALL, count, tmp_path)
+    b = flops_per_frame(model, OTHER, count, tmp_path)
     assert count.calls == [SMALL, OTHER]
     assert (a, b) == (direct[SMALL], direct[OTHER]) and b > a
     known = cache(tmp_path)
     assert sorted(known.values()) == sorted([a, b])
     assert any(k.endswith("96x160") for k in known) and any(k.endswith("64x96") for k in known)
     # both stay cached
-    assert _flops(model, SMALL, count, tmp_path) == a and _flops(model, OTHER, count, tmp_path) == b
+    assert flops_per_frame(model, SMALL, count, tmp_path) == a and flops_per_frame(model, OTHER, count, tmp_path) == b
     assert len(count.calls) == 2
 
 
 def test_key_is_the_architecture_not_the_weights(model, direct, tmp_path):
     count = Counting()
-    _flops(model, SMALL, count, tmp_path)
+    flops_per_frame(model, SMALL, count, tmp_path)
     same_arch = build_detector()  # other random weights, same layers
-    assert _flops(same_arch, SMALL, count, tmp_path) == direct[SMALL]
+    assert flops_per_frame(same_arch, SMALL, count, tmp_path) == direct[SMALL]
     assert len(count.calls) == 1
     other_arch = build_detector(num_classes=3).eval()  # a different head
-    v = _flops(other_arch, SMALL, count, tmp_path)
+    v = flops_per_frame(other_arch, SMALL, count, tmp_path)
     assert len(count.calls) == 2
     assert v == count_flops(other_arch, SMALL) != direct[SMALL]
     assert len(cache(tmp_path)) == 2
@@ -86,16 +86,16 @@ def test_key_is_the_architecture_not_the_weights(model, direct, tmp_path):
 def test_corrupt_cache_is_ignored_and_rewritten(model, direct, tmp_path):
     (tmp_path / "flops.json").write_text('{"CenterNet-0123-64x96": 12')  # truncated JSON
     count = Counting()
-    assert _flops(model, SMALL, count, tmp_path) == direct[SMALL]
+    assert flops_per_frame(model, SMALL, count, tmp_path) == direct[SMALL]
     assert count.calls == [SMALL]
     known = cache(tmp_path)  # valid JSON again
     assert list(known.values()) == [direct[SMALL]]
-    assert _flops(model, SMALL, count, tmp_path) == direct[SMALL] and len(count.calls) == 1
+    assert flops_per_frame(model, SMALL, count, tmp_path) == direct[SMALL] and len(count.calls) == 1
 
 
 def test_missing_folder_is_created(model, direct, tmp_path):
     folder = tmp_path / "a" / "b"
-    assert _flops(model, SMALL, Counting(), folder) == direct[SMALL]
+    assert flops_per_frame(model, SMALL, Counting(), folder) == direct[SMALL]
     assert (folder / "flops.json").is_file()
 
 
@@ -104,15 +104,15 @@ def test_unwritable_cache_only_costs_time(model, direct, tmp_path):
     blocker.write_text("a file where the cache folder should be")
     count = Counting()
     folder = blocker / "cache"
-    assert _flops(model, SMALL, count, folder) == direct[SMALL]
-    assert _flops(model, SMALL, count, folder) == direct[SMALL]
+    assert flops_per_frame(model, SMALL, count, folder) == direct[SMALL]
+    assert flops_per_frame(model, SMALL, count, folder) == direct[SMALL]
     assert len(count.calls) == 2  # nothing could be cached, nothing raised
 
 
 @pytest.mark.parametrize("content", ["[]", "null"])
 def test_cache_that_is_not_an_object_is_ignored(model, direct, tmp_path, content):
     (tmp_path / "flops.json").write_text(content)
-    assert _flops(model, SMALL, Counting(), tmp_path) == direct[SMALL]
+    assert flops_per_frame(model, SMALL, Counting(), tmp_path) == direct[SMALL]
 
 
 def test_pipeline_reports_and_reuses_the_cached_value(tmp_path, monkeypatch):

@@ -1,0 +1,99 @@
+"""The runners: compose the stages over the muxer's batches, in this thread (``run_sync``) or
+one thread per stage joined by bounded queues (``run_queued``). Both call every stage through
+``call_stage`` and hand each finished batch, stamped with ``done_ns``, to a sink.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Callable
+
+from labkit import annotate
+from source_code.sources import Muxer, get_until, put_until
+from source_code.stages import Batch
+
+Stages = list[tuple[str, Callable[[Batch], Batch]]]
+
+
+def call_stage(name: str, fn: Callable[[Batch], Batch], b: Batch) -> Batch:
+    """Run one stage on one batch inside its NVTX range (payload = batch index, items = frames
+    the stage works on): every stage call of both runners goes through here."""
+    with annotate.range(name, batch=b.index, items=b.items(name)):
+        return fn(b)
+
+
+def run_sync(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None]) -> None:
+    """Run every stage in this thread, batch after batch."""
+    while True:
+        if muxer.threaded:
+            b = muxer()
+        else:
+            with annotate.range("decode", batch=muxer.next_batch, items=muxer.expected_batch_items()):
+                b = muxer()
+        if b is None:
+            return
+        for name, fn in stages:
+            b = call_stage(name, fn, b)
+        b.done_ns = time.perf_counter_ns()
+        sink(b)
+
+
+def run_queued(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None], *,
+               queue_size: int) -> None:
+    """Run each stage in its own thread, connected by bounded queues; re-raise the first error."""
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    qs = [queue.Queue(maxsize=queue_size) for _ in range(len(stages) + 1)]
+
+    def put(q, item):
+        put_until(q, stop, item)
+
+    def get(q):
+        return get_until(q, stop)
+
+    def source():
+        try:
+            while not stop.is_set():
+                b = muxer()
+                if b is None:
+                    break
+                put(qs[0], b)
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            errors.append(e)
+            stop_all()
+        put(qs[0], None)
+
+    def worker(k: int, name: str, fn: Callable):
+        try:
+            while True:
+                b = get(qs[k])
+                if b is None:
+                    break
+                put(qs[k + 1], call_stage(name, fn, b))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+            stop_all()
+        put(qs[k + 1], None)
+
+    def stop_all():
+        stop.set()
+        muxer.stop.set()
+
+    threads = [threading.Thread(target=source, name="mux", daemon=True)]
+    threads += [threading.Thread(target=worker, args=(k, n, f), name=n, daemon=True) for k, (n, f) in enumerate(stages)]
+    for t in threads:
+        t.start()
+    try:
+        while True:
+            b = get(qs[-1])
+            if b is None:
+                break
+            b.done_ns = time.perf_counter_ns()
+            sink(b)
+    finally:
+        stop_all()
+        for t in threads:
+            t.join(timeout=10)
+    if errors:
+        raise errors[0]

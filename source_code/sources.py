@@ -1,0 +1,215 @@
+"""Video sources and the muxer that batches their frames, as DeepStream's nvstreammux does.
+
+A ``VideoSource`` is one file opened with OpenCV; its first frame is decoded when it opens, so a
+file OpenCV opens but cannot decode fails before the model loads. With ``realtime`` a source
+releases frame i no earlier than i / fps after its first frame, as a camera would. The
+``Muxer`` decodes in the calling thread, or each source in its own decoder thread.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from pathlib import Path
+
+# FFmpeg's own log lines (e.g. "moov atom not found") would bury our one-line messages.
+os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
+os.environ.setdefault("OPENCV_LOG_LEVEL", "ERROR")
+
+import cv2  # noqa: E402
+
+from labkit import annotate  # noqa: E402
+from source_code.errors import EXIT_USAGE, PipelineError  # noqa: E402
+from source_code.stages import Batch  # noqa: E402
+
+
+def put_until(q: queue.Queue, stop: threading.Event, item) -> None:
+    """Put ``item`` on a bounded queue, waiting while it is full, unless ``stop`` is set."""
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return
+        except queue.Full:
+            continue
+
+
+def get_until(q: queue.Queue, stop: threading.Event):
+    """The next item of ``q``, or None once ``stop`` is set."""
+    while not stop.is_set():
+        try:
+            return q.get(timeout=0.1)
+        except queue.Empty:
+            continue
+    return None
+
+
+class VideoSource:
+    """One video file opened with OpenCV; ``read()`` returns a frame or None at the end."""
+
+    def __init__(self, path: str, *, index: int, max_frames: int | None, realtime: bool = False):
+        self.path = path
+        self.index = index
+        if not Path(path).is_file():
+            raise PipelineError(f"input not found: {path}", EXIT_USAGE)
+        self.cap = cv2.VideoCapture(path)
+        if not self.cap.isOpened():
+            raise PipelineError(f"cannot open {path}: not a readable video (damaged or truncated file?)")
+        self.declared = int(self.cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
+        fps = float(self.cap.get(cv2.CAP_PROP_FPS) or 0.0)
+        self.fps = fps if 0 < fps < 1000 else 30.0
+        self.max_frames = max_frames
+        self.realtime = realtime
+        self.count = 0
+        self.ended = False
+        self.error: str | None = None
+        self.t_first: int | None = None  # perf_counter_ns of the first frame's arrival (realtime)
+        self._pending = self._decode()  # decoded now: an undecodable file fails before the model loads
+        if self._pending is None:
+            self.cap.release()
+            raise PipelineError(f"{path} has no decodable frames (empty, damaged or truncated video)")
+        self.height, self.width = self._pending.shape[:2]
+
+    def _decode(self):
+        try:
+            ok, frame = self.cap.read()
+        except cv2.error as e:  # some damaged streams raise instead of returning False
+            ok, frame = False, None
+            self.error = str(e).strip().splitlines()[-1]
+        return frame if ok and frame is not None else None
+
+    def expected(self) -> int | None:
+        n = self.declared if self.declared > 0 else None
+        if self.max_frames is not None:
+            n = self.max_frames if n is None else min(n, self.max_frames)
+        return n
+
+    def arrival(self) -> int:
+        """Wait until the next frame is due (``realtime``: i / fps after the first) and return
+        the time it arrived, perf_counter_ns; without ``realtime``, now."""
+        now = time.perf_counter_ns()
+        if not self.realtime:
+            return now
+        if self.t_first is None:
+            self.t_first = now
+            return now
+        due = self.t_first + round(self.count * 1e9 / self.fps)
+        if due > now:
+            time.sleep((due - now) / 1e9)
+            return due
+        return now
+
+    def read(self):
+        if self.ended or (self.max_frames is not None and self.count >= self.max_frames):
+            self.ended = True
+            return None
+        frame, self._pending = (self._pending, None) if self._pending is not None else (self._decode(), None)
+        if frame is None:
+            self.ended = True
+            self.cap.release()
+            return None
+        self.count += 1
+        return frame
+
+    def truncated(self) -> bool:
+        """True when decoding stopped well before the frame count the container declares."""
+        want = self.declared if self.max_frames is None else min(self.declared, self.max_frames)
+        return self.declared > 0 and self.count < want - 1
+
+    def close(self) -> None:
+        self.cap.release()
+
+
+class Muxer:
+    """Batches frames from several sources, round-robin, like DeepStream's stream muxer.
+
+    With ``threaded`` each source is decoded by its own thread into a bounded queue; otherwise
+    the muxer decodes in the calling thread (one ``decode`` range per batch).
+    """
+
+    def __init__(self, sources: list[VideoSource], *, batch_size: int, interval: int, threaded: bool,
+                 queue_size: int):
+        self.sources = sources
+        self.batch_size = batch_size
+        self.interval = interval
+        self.threaded = threaded
+        self.next_batch = 0
+        self.live = list(range(len(sources)))
+        self.rr = 0
+        self.stop = threading.Event()
+        if threaded:
+            self.queues = [queue.Queue(maxsize=max(2, queue_size * batch_size)) for _ in sources]
+            self.threads = [threading.Thread(target=self._decode_loop, args=(s,), name=f"decode-{s.index}", daemon=True)
+                            for s in sources]
+            for t in self.threads:
+                t.start()
+
+    def _decode_loop(self, src: VideoSource) -> None:
+        q = self.queues[src.index]
+        n_src = len(self.sources)
+        try:
+            while not self.stop.is_set():
+                t0 = src.arrival()
+                i = src.count
+                with annotate.range("decode", batch=(i * n_src + src.index) // self.batch_size, items=1):
+                    frame = src.read()
+                if frame is None:
+                    break
+                put_until(q, self.stop, (frame, i, t0))
+        except Exception as e:  # noqa: BLE001 - reported as a decode error, the stream ends
+            src.error = f"{type(e).__name__}: {e}"
+            src.ended = True
+        finally:
+            put_until(q, self.stop, None)
+
+
+    def _next_frame(self, s: int):
+        if self.threaded:
+            return get_until(self.queues[s], self.stop)
+        t0 = self.sources[s].arrival()
+        i = self.sources[s].count
+        frame = self.sources[s].read()
+        return None if frame is None else (frame, i, t0)
+
+    def __call__(self) -> Batch | None:
+        """Return the next batch, or None when every source has ended."""
+        b = Batch(index=self.next_batch)
+        while len(b.frames) < self.batch_size and self.live:
+            s = self.live[self.rr % len(self.live)]
+            item = self._next_frame(s)
+            if item is None:
+                self.live.remove(s)
+                continue
+            frame, i, t0 = item
+            b.frames.append(frame)
+            b.sources.append(s)
+            b.frame_ids.append(i)
+            b.read_ns.append(t0)
+            b.detect.append(i % self.interval == 0)
+            self.rr += 1
+        if not b.frames:
+            return None
+        self.next_batch += 1
+        return b
+
+    def expected_batch_items(self) -> int:
+        """Frames the next unthreaded decode will read (for the range's item count)."""
+        left = 0
+        for s in self.live:
+            e = self.sources[s].expected()
+            left += self.batch_size if e is None else max(0, e - self.sources[s].count)
+        return max(1, min(self.batch_size, left))
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.threaded:
+            for q in self.queues:  # unblock producers
+                while True:
+                    try:
+                        q.get_nowait()
+                    except queue.Empty:
+                        break
+            for t in self.threads:
+                t.join(timeout=5)
+        for s in self.sources:
+            s.close()
