@@ -139,13 +139,17 @@ def results_writable(cfg: Any) -> bool:
     return bool(cfg.results) and target_problem(cfg, Path(cfg.results), "--results") is None
 
 
-def check_disk(video: Path | None, *, frames: int, width: int, height: int) -> None:
-    """Enough free space for the output video (an estimate: mp4v about 1/20 of raw BGR,
-    MJPG about 1/8) and the results; raises PipelineError naming the folder and the space."""
+def check_video_target(video: Path | None, *, frames: int, width: int, height: int) -> None:
+    """The output video can hold these frames: a size its encoder accepts (mp4v refuses frames
+    under 2x2) and enough free disk (an estimate: mp4v about 1/20 of raw BGR, MJPG about 1/8,
+    plus the results). Raises PipelineError naming the path and the fix."""
     if video is None:
         return
-    ratio = 8 if video.suffix.lower() == ".avi" else 20
-    need = frames * width * height * 3 // ratio + (1 << 20)
+    avi = video.suffix.lower() == ".avi"
+    if min(width, height) < 2 and not avi:
+        raise PipelineError(f"--output {video}: the mp4 encoder cannot write {width}x{height} frames; use an .avi "
+                            "--output, or --no-osd without --output", EXIT_USAGE)
+    need = frames * width * height * 3 // (8 if avi else 20) + (1 << 20)
     folder = video.parent if str(video.parent) else Path(".")
     free = shutil.disk_usage(folder).free
     if free < need:

@@ -103,14 +103,14 @@ def _profiler_range(device):
 
 
 def _open_sources(cfg: Any, out_path: Path | None) -> list[VideoSource]:
-    """Every stream's source (first frames decoded), after which free disk is checked."""
+    """Every stream's source (first frames decoded); then the output video's frame size and disk are checked."""
     inputs = list(cfg.inputs) if len(cfg.inputs) > 1 else [cfg.inputs[0]] * cfg.streams
     sources: list[VideoSource] = []
     try:
         for i, p in enumerate(inputs):
             sources.append(VideoSource(p, index=i, max_frames=cfg.frames, realtime=cfg.realtime))
         first = sources[0]
-        checks.check_disk(out_path, frames=first.expected() or 10_000, width=first.width, height=first.height)
+        checks.check_video_target(out_path, frames=first.expected() or 10_000, width=first.width, height=first.height)
     except PipelineError:
         for s in sources:
             s.close()
