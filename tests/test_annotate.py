@@ -104,3 +104,56 @@ def test_in_process_times_agree_with_nsys(tmp_path):
         total_theirs = sum(d for _, d in theirs)
         total_ours = sum(d for _, d in ours)
         assert total_ours == pytest.approx(total_theirs, rel=0.03)
+
+
+PAYLOADS = textwrap.dedent("""
+    from labkit import annotate
+    with annotate.range("step", batch=5, items=3):
+        pass
+    with annotate.range("step"):  # the reused attributes must not carry batch 5 over
+        pass
+    with annotate.range("step", batch=6):
+        pass
+""")
+
+
+@pytest.mark.nsys
+def test_reused_attributes_carry_no_stale_payload(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(PAYLOADS)
+    out = tmp_path / "prog"
+    proc = subprocess.run([env.find_nsys(), "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none",
+                           "--export=sqlite", "-o", str(out), sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    con = sqlite3.connect(f"{out}.sqlite")
+    rows = con.execute("SELECT COALESCE(e.text, s.value), e.int64Value, e.end IS NULL OR e.end = e.start "
+                       "FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId ORDER BY e.start").fetchall()
+    con.close()
+    ranges = [(name, payload) for name, payload, is_mark in rows if not is_mark]
+    marks = [(name, payload) for name, payload, is_mark in rows if is_mark and name]  # not nsys's own events
+    assert ranges == [("step", 5), ("step", None), ("step", 6)]
+    assert marks == [("items", 3)]
+
+
+def test_results_round_trip_and_validation(tmp_path):
+    path = tmp_path / "r.json"
+    doc = {"status": "ok", "frames": 4, "timed_frames": 2, "warmup_frames": 2, "seconds": 0.5, "fps": 4.0,
+           "stages": {}, "stage_detail": {}, "latency_ms": {"p50": 1.0, "p99": 2.0}, "accuracy": {}, "config": {},
+           "model": None, "output_frames": 0, "warnings": []}
+    annotate.write_results(path, doc)
+    back = annotate.read_results(path)
+    assert back == {**doc, "schema": annotate.RESULTS_SCHEMA, "schema_version": annotate.RESULTS_SCHEMA_VERSION}
+    assert annotate.is_results_file(path) and [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp left
+    annotate.write_results(path, {**doc, "fps": "fast"})
+    with pytest.raises(annotate.ResultsError, match=rf"^{path}: field 'fps' should be int or float or null, not str$"):
+        annotate.read_results(path)
+    annotate.write_results(path, {k: v for k, v in doc.items() if k != "frames"})
+    with pytest.raises(annotate.ResultsError, match=r"field 'frames' is missing"):
+        annotate.read_results(path)
+    path.write_text('{"fps": 3}')
+    with pytest.raises(annotate.ResultsError, match="not a results file"):
+        annotate.read_results(path)
+    assert not annotate.is_results_file(path)
+    annotate.write_results(path, {"status": "failed", "error": "bad input", "config": {}})
+    assert annotate.read_results(path)["error"] == "bad input"
