@@ -21,6 +21,10 @@ Usage::
     @annotate.ranged("decode")
     def decode(): ...
 
+The results file an application writes for labkit is defined here too, once: its schema marker
+and version, its fields and types (``RESULTS_FIELDS``), ``write_results`` (atomic) and
+``read_results`` (validating; ``ResultsError`` names the file and the field).
+
 When :func:`enable_cuda_timing` is on and torch with CUDA is already imported, each range
 also records a pair of CUDA events; their elapsed time (GPU time on the current stream
 between push and pop) is resolved lazily by :func:`records`.
