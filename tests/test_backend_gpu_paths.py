@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import copy
 from collections import Counter
 
 import numpy as np
@@ -76,3 +77,19 @@ def test_ort_tensorrt_provider_needs_1_27_for_tensorrt_11(ort_version, trt_versi
         return
     with pytest.raises(B.BackendUnavailable, match=r"pip install 'onnxruntime-gpu>=1\.27', or pip install 'tensorrt>=10,<11'"):
         check_ort_tensorrt(ort_version, trt_version)
+
+
+@pytest.mark.gpu
+def test_ort_cuda_runs_on_the_backends_stream(model, cache):
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("onnxruntime has no CUDA provider here: pip install onnxruntime-gpu")
+    dev = torch.device("cuda", torch.cuda.current_device())
+    backend = B.make_backend(model, backend="onnxruntime", device=dev, batch_size=2, input_hw=SMALL_HW, cache_dir=cache)
+    assert backend.stream is not None and backend.stream.cuda_stream != 0
+    opts = backend.session.get_provider_options()["CUDAExecutionProvider"]
+    assert opts["user_compute_stream"] == str(backend.stream.cuda_stream)
+    x = torch.rand(2, 3, *SMALL_HW, device=dev)
+    out = backend(x)
+    with torch.inference_mode():
+        ref = copy.deepcopy(model).to(dev)(x)
+    assert max(float((a - b).abs().max()) for a, b in zip(out, ref)) < 1e-2

@@ -70,8 +70,10 @@ class CudaGraphBackend(TorchBackend):
         with torch.inference_mode():
             static_in.copy_(x)
             graph.replay()
-            return tuple(o.float().clone() for o in static_out)
+            return tuple(o.to(torch.float32, copy=True) for o in static_out)
 
     def close(self) -> None:
+        if self._graphs and self.stream is not None:
+            self.stream.synchronize()  # a replay still running reads the buffers freed below
         super().close()
         self._graphs = {}
