@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from source_code.backends.artifacts import ensure_int8_onnx, ensure_onnx
-from source_code.backends.base import Backend, BackendUnavailable, backend_stream
+from source_code.backends.base import Backend, BackendUnavailable, backend_stream, warm_sizes
 from source_code.backends.onnx_export import INPUT_NAME
 
 # ONNX Runtime's TensorRT provider builds against TensorRT 11 from this release on.
@@ -100,7 +100,7 @@ class OrtBackend(Backend):
     """ONNX Runtime session over the exported (fp32) or QDQ-quantized (int8) model."""
 
     def __init__(self, onnx_path: Path, *, device: torch.device, precision: str, batch_size: int,
-                 input_hw: tuple[int, int], providers: list, stream=None):
+                 input_hw: tuple[int, int], providers: list, stream=None, batch_sizes: Sequence[int] | None = None):
         import numpy as np
         import onnxruntime as ort
 
@@ -119,11 +119,11 @@ class OrtBackend(Backend):
             self.output_names = [o.name for o in self.session.get_outputs()]
             h, w = input_hw
             # A warm-up run gives the per-frame output shapes (the batch axis is symbolic); on the
-            # GPU at the full batch, so cuDNN's algorithm search and any TensorRT-provider engine
-            # build happen here rather than on the first frames of a run. Same dtype and (NCHW)
-            # layout as every call.
-            n = batch_size if device.type == "cuda" else 1
-            probe = self.session.run(self.output_names, {self.input_name: np.zeros((n, 3, h, w), np.float32)})
+            # GPU at every batch size the run will use, so cuDNN's algorithm search (per input
+            # shape) and any TensorRT-provider engine build happen here rather than on the first
+            # frames of a run. Same dtype and (NCHW) layout as every call.
+            for n in warm_sizes(batch_size, batch_sizes) if device.type == "cuda" else (1,):
+                probe = self.session.run(self.output_names, {self.input_name: np.zeros((n, 3, h, w), np.float32)})
             self._out_shapes = [tuple(a.shape[1:]) for a in probe]
         ep = self.providers[0].replace("ExecutionProvider", "").lower()
         self.name = f"onnxruntime-{precision}-{ep}"
@@ -152,7 +152,7 @@ class OrtBackend(Backend):
 
 
 def make_ort_backend(model, *, precision, device, batch_size, cache_dir, input_hw, calibration,
-                     stream=None, tf32=None) -> Backend:
+                     stream=None, tf32=None, batch_sizes=None) -> Backend:
     """Export (and for int8 quantize) ``model`` once, then open an ONNX Runtime session on it."""
     try:
         import onnxruntime  # noqa: F401
@@ -171,5 +171,5 @@ def make_ort_backend(model, *, precision, device, batch_size, cache_dir, input_h
                                 workdir=cache_dir / "calibration_scenes")
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
         return OrtBackend(path, device=device, precision=precision, batch_size=batch_size, input_hw=input_hw,
-                          providers=providers, stream=stream)
+                          providers=providers, stream=stream, batch_sizes=batch_sizes)
 

@@ -58,7 +58,8 @@ def make_backend(
         input_hw: network input ``(H, W)``; default ``source_code.detector.INPUT_HW``.
         calibration: INT8 calibration settings; default ``CalibrationSettings()``.
         batch_sizes: the batch sizes the run will call with (default ``(batch_size,)``): CUDA
-            graphs are captured and ``torch.compile`` compiles for each ahead; nothing is padded.
+            graphs are captured, ``torch.compile`` compiles and ONNX Runtime on CUDA warms up for
+            each ahead (``expected_batch_sizes`` computes them for ``--interval``); nothing is padded.
         stream: on CUDA, the ``torch.cuda.Stream`` (of that device) the backend runs on; default
             a new non-default stream. The backend records ``backend.event`` after each call.
         tf32: True / False allow or forbid TF32 for FP32 convolutions and matmuls (torch's flags,
@@ -108,7 +109,8 @@ def make_backend(
     calib = calibration or CalibrationSettings()
     if kind == "onnxruntime":
         return make_ort_backend(model, precision=precision, device=dev, batch_size=batch_size,
-                                cache_dir=cache, input_hw=hw, calibration=calib, stream=stream, tf32=tf32)
+                                cache_dir=cache, input_hw=hw, calibration=calib, stream=stream, tf32=tf32,
+                                batch_sizes=batch_sizes)
     return make_trt_backend(model, precision=precision, device=dev, batch_size=batch_size,
                             cache_dir=cache, input_hw=hw, calibration=calib, stream=stream, tf32=tf32)
 
