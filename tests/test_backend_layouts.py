@@ -102,9 +102,11 @@ def test_expected_batch_sizes_follow_the_interval(batch, interval, streams, size
 
 
 @pytest.mark.parametrize("sizes, message", [((5,), "outside 1..batch_size=4"), ((0, 2), "outside 1..batch_size=4")])
-def test_batch_sizes_are_checked_early(model, sizes, message):
+@pytest.mark.parametrize("kwargs", [dict(compile=True), dict(), dict(backend="onnxruntime")])
+def test_batch_sizes_are_checked_early(model, sizes, message, kwargs, tmp_path):
     with pytest.raises(B.BackendUnavailable, match=message):
-        B.make_backend(model, batch_size=4, compile=True, batch_sizes=sizes, input_hw=SMALL_HW)
+        B.make_backend(model, batch_size=4, batch_sizes=sizes, input_hw=SMALL_HW, cache_dir=tmp_path, **kwargs)
+    assert not any(tmp_path.iterdir()), "nothing exported before the error"
 
 
 # --------------------------------------------------------------------------- item 5: streams, on CPU none

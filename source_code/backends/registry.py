@@ -15,7 +15,8 @@ from typing import Sequence
 import torch
 
 from source_code.backends.artifacts import default_cache_dir
-from source_code.backends.base import Backend, BackendUnavailable, default_input_hw, parse_device, set_tf32
+from source_code.backends.base import (Backend, BackendUnavailable, default_input_hw, parse_device, set_tf32,
+                                       warm_sizes)
 from source_code.backends.calibration import CalibrationSettings
 from source_code.backends.cuda_graphs import CudaGraphBackend
 from source_code.backends.ort import make_ort_backend
@@ -75,6 +76,7 @@ def make_backend(
     if int(batch_size) < 1:
         raise BackendUnavailable(f"batch_size must be at least 1, got {batch_size}")
     batch_size = int(batch_size)
+    warm_sizes(batch_size, batch_sizes)  # raises on a size outside 1..batch_size, for every backend
     if kind != "torch" and (channels_last or cuda_graphs or compile):
         flags = [n for n, v in (("--channels-last", channels_last), ("--cuda-graphs", cuda_graphs), ("--compile", compile)) if v]
         raise BackendUnavailable(f"{' and '.join(flags)} {'apply' if len(flags) > 1 else 'applies'} to --backend torch only; "
