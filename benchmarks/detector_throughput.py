@@ -2,7 +2,7 @@
 
     python benchmarks/detector_throughput.py --out reports/bench/detector_throughput.csv
         [--device cuda|cpu] [--batch-sizes 1,8,32] [--configs torch-fp32,onnxruntime-int8,...]
-        [--min-seconds 2] [--max-iters 200] [--weights W] [--cache-dir D]
+        [--min-seconds 2] [--max-iters 200] [--weights W] [--cache-dir D] [--tf32 default|on|off]
 
 Writes the CSV at ``--out`` and a markdown table beside it (same stem, ``.md``). Configurations
 this machine cannot run (no GPU, no TensorRT, no onnxruntime-gpu) are rows with status
@@ -11,6 +11,9 @@ a float32 batch already on the device, and on CUDA the loop ends with a synchron
 Backend creation (ONNX export, INT8 calibration, engine build, torch.compile, graph capture)
 happens before timing and is reported as ``setup_s``; it is cached across runs except for
 compile and capture.
+
+``--tf32``: PyTorch's default lets cuDNN run FP32 convolutions as TF32 on Ampere/Hopper GPUs, so
+"fp32" rows there are TF32 unless ``--tf32 off`` (``make_backend(tf32=...)``; column ``tf32``).
 
 Frames are random: a dense convolutional network does the same work whatever the pixels.
 Without trained weights the detector is built with random weights for the same reason.
@@ -39,11 +42,12 @@ CONFIGS: dict[str, dict] = {
     "torch-fp16-compile": dict(backend="torch", precision="fp16", compile=True),
     "onnxruntime-fp32": dict(backend="onnxruntime", precision="fp32"),
     "onnxruntime-int8": dict(backend="onnxruntime", precision="int8"),
+    "tensorrt-fp32": dict(backend="tensorrt", precision="fp32"),
     "tensorrt-fp16": dict(backend="tensorrt", precision="fp16"),
     "tensorrt-int8": dict(backend="tensorrt", precision="int8"),
 }
 COLUMNS = ["config", "backend", "precision", "device", "batch_size", "frames_per_s", "ms_per_batch", "iters",
-           "setup_s", "status", "reason", "backend_name", "device_name", "torch", "threads", "load_avg_1m"]
+           "setup_s", "status", "reason", "backend_name", "device_name", "torch", "threads", "load_avg_1m", "tf32"]
 
 
 def device_name(device: torch.device) -> str:
@@ -69,7 +73,8 @@ def time_backend(backend, x: torch.Tensor, *, min_seconds: float, max_iters: int
 
 
 def run(*, configs: list[str], batch_sizes: list[int], device: str, min_seconds: float, max_iters: int,
-        weights: Path | None, cache_dir: Path | None, warmup: int = 2, log=print) -> list[dict]:
+        weights: Path | None, cache_dir: Path | None, warmup: int = 2, log=print,
+        tf32: bool | None = None) -> list[dict]:
     """Benchmark each configuration at each batch size; one row dict per pair (``COLUMNS``)."""
     from source_code.backends import BackendUnavailable, make_backend
     from source_code.detector import DEFAULT_WEIGHTS, INPUT_HW, build_detector, load_detector
@@ -83,7 +88,8 @@ def run(*, configs: list[str], batch_sizes: list[int], device: str, min_seconds:
         model = build_detector().eval()
     dev = torch.device(device)
     common = dict(device_name=device_name(dev) if dev.type == "cpu" or torch.cuda.is_available() else device,
-                  torch=torch.__version__, threads=torch.get_num_threads(), device=device)
+                  torch=torch.__version__, threads=torch.get_num_threads(), device=device,
+                  tf32="default" if tf32 is None else ("on" if tf32 else "off"))
     rows = []
     for label in configs:
         kwargs = CONFIGS[label]
@@ -97,7 +103,7 @@ def run(*, configs: list[str], batch_sizes: list[int], device: str, min_seconds:
                 torch._dynamo.reset()
             t0 = time.perf_counter()
             try:
-                backend = make_backend(model, device=device, batch_size=batch, cache_dir=cache_dir, **kwargs)
+                backend = make_backend(model, device=device, batch_size=batch, cache_dir=cache_dir, tf32=tf32, **kwargs)
             except BackendUnavailable as exc:
                 row.update(status="skipped", reason=str(exc))
                 rows.append(row)
@@ -158,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls before timing each point")
     parser.add_argument("--weights", type=Path, default=None)
     parser.add_argument("--cache-dir", type=Path, default=None, help="ONNX/engine cache (default: backends default)")
+    parser.add_argument("--tf32", choices=["default", "on", "off"], default="default",
+                        help="TF32 for FP32 convolutions/matmuls (default: PyTorch's, TF32 convolutions on Ampere+)")
     args = parser.parse_args(argv)
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     unknown = [c for c in configs if c not in CONFIGS]
@@ -169,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{' and '.join(there)} already exist(s): pass --overwrite to replace, or another --out")
     batches = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
     rows = run(configs=configs, batch_sizes=batches, device=args.device, min_seconds=args.min_seconds,
-               max_iters=args.max_iters, weights=args.weights, cache_dir=args.cache_dir, warmup=args.warmup)
+               max_iters=args.max_iters, weights=args.weights, cache_dir=args.cache_dir, warmup=args.warmup,
+               tf32={"default": None, "on": True, "off": False}[args.tf32])
     csv_path, md_path = write(rows, args.out)
     print(f"wrote {csv_path} and {md_path}")
     return 0

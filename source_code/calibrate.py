@@ -15,9 +15,11 @@ import time
 from pathlib import Path
 
 
-def main(argv: list[str] | None = None) -> int:
-    from source_code.backends import CalibrationSettings, default_cache_dir, ensure_int8_onnx, ensure_onnx
+from source_code.backends.artifacts import default_cache_dir, ensure_int8_onnx, ensure_onnx
+from source_code.backends.calibration import CalibrationSettings
 
+
+def main(argv: list[str] | None = None) -> int:
     defaults = CalibrationSettings()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--weights", type=Path, default=None, help="detector weights (default: the packaged ones)")

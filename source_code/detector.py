@@ -1,6 +1,6 @@
 """CenterNet-style single-stage detector built from torch.nn alone (no torchvision).
 
-CONTRACT (relied on by source_code/backends.py and source_code/export_onnx.py):
+CONTRACT (relied on by source_code/backends/ and source_code/export_onnx.py):
 
 - ``INPUT_HW = (384, 640)``: default network input (H, W); any H, W divisible by 32 works
   because the network is fully convolutional.
@@ -19,9 +19,12 @@ CONTRACT (relied on by source_code/backends.py and source_code/export_onnx.py):
   pixels (use ``scale_boxes`` to map to the frame). Peaks are kept by 3x3 max-pool NMS.
 - ``preprocess_frames(frames_bgr_uint8, input_hw=INPUT_HW) -> np.float32 (N, 3, H, W)``:
   CPU path (cv2.resize INTER_LINEAR, BGR->RGB, /255).
-- ``preprocess_frames_torch(frames_uint8, input_hw=INPUT_HW) -> torch.float32 (N, 3, H, W)``:
-  same on the device of the input, which is a uint8 tensor ``(N, H0, W0, 3)`` BGR
-  (bilinear resize, antialias off, so it matches cv2 to within rounding).
+- ``preprocess_frames_torch(frames_uint8, input_hw=INPUT_HW, *, channels_last=False) -> torch.float32
+  (N, 3, H, W)``: same on the device of the input, which is a uint8 tensor ``(N, H0, W0, 3)`` BGR
+  (bilinear resize, antialias off, so it matches cv2 to within rounding); contiguous NCHW
+  unless ``channels_last``.
+- FP32 on an Ampere or Hopper GPU: PyTorch runs the convolutions in TF32 by default
+  (``torch.backends.cudnn.allow_tf32``); ``make_backend(tf32=False)`` forbids it.
 - ``count_flops(model, input_hw=INPUT_HW, batch=1) -> int``: FLOPs of one forward pass per
   frame counted by ``torch.utils.flop_counter.FlopCounterMode`` (which counts 2 FLOPs per
   multiply-accumulate of convolutions and matmuls; elementwise ops are not counted).
@@ -147,12 +150,21 @@ def cv2_resize(frame: np.ndarray, wh: tuple[int, int]) -> np.ndarray:
     return cv2.resize(frame, wh, interpolation=cv2.INTER_LINEAR)
 
 
-def preprocess_frames_torch(frames_uint8: torch.Tensor, input_hw: tuple[int, int] = INPUT_HW) -> torch.Tensor:
-    """GPU-capable preprocessing: uint8 (N, H0, W0, 3) BGR tensor -> float32 (N, 3, H, W) RGB in [0, 1]."""
-    x = frames_uint8.permute(0, 3, 1, 2).flip(1).float()
+def preprocess_frames_torch(frames_uint8: torch.Tensor, input_hw: tuple[int, int] = INPUT_HW, *,
+                            channels_last: bool = False) -> torch.Tensor:
+    """GPU-capable preprocessing: uint8 (N, H0, W0, 3) BGR tensor -> float32 (N, 3, H, W) RGB in [0, 1].
+
+    The result is contiguous NCHW, or channels_last (NHWC strides) when asked: the permute of
+    the NHWC frames would otherwise leave NHWC strides, silently running the detector
+    channels-last (and a compiled or graph-captured detector in another layout than it was
+    prepared for).
+    """
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    # Fix the layout on the uint8 data (a quarter of the float bytes); resize and scaling keep it.
+    x = frames_uint8.permute(0, 3, 1, 2).flip(1).contiguous(memory_format=fmt).float()
     if tuple(x.shape[-2:]) != tuple(input_hw):
         x = F.interpolate(x, size=tuple(input_hw), mode="bilinear", align_corners=False, antialias=False)
-    return x.mul_(1.0 / 255.0)
+    return x.mul_(1.0 / 255.0).contiguous(memory_format=fmt)
 
 
 @torch.no_grad()

@@ -72,16 +72,27 @@ def test_backend_does_not_modify_callers_model(model, frames):
     assert next(model.parameters()).is_contiguous()
 
 
-def test_torch_compile_on_cpu(model, frames):
-    """Cold inductor compile of the small model: about 25 s on 2 cores, 4 s with a warm cache."""
-    backend = B.make_backend(model, batch_size=2, compile=True, input_hw=SMALL_HW)
+def test_torch_compile_on_cpu_runs_the_true_batch(model, frames):
+    """Cold inductor compile of the small model at two sizes: about 40 s on 2 cores, 8 s with a warm cache.
+
+    No padding: a short batch (--interval, the clip's end) reaches the compiled detector at
+    its own size, compiled ahead through ``batch_sizes``; a channels-last input is brought
+    back to the NCHW layout the warm-up compiled for (no recompile on the first batch).
+    """
+    torch._dynamo.reset()
+    backend = B.make_backend(model, batch_size=2, compile=True, input_hw=SMALL_HW, batch_sizes=(2, 1))
     assert backend.name == "torch-fp32-compile"
+    seen = []
+    compiled = backend._forward
+    backend._forward = lambda x: seen.append((x.shape[0], x.stride(), x.dtype)) or compiled(x)
     ref = _reference(model, frames[:2])
     assert _max_abs(backend(frames[:2]), ref) < 1e-4
-    # A partial batch is padded to the compiled shape and cut back.
-    out = backend(frames[:1])
+    out = backend(frames[:1].contiguous(memory_format=torch.channels_last))
     assert out[0].shape[0] == 1
     assert _max_abs(out, [r[:1] for r in ref]) < 1e-4
+    h, w = SMALL_HW
+    nchw = (3 * h * w, h * w, w, 1)
+    assert seen == [(2, nchw, torch.float32), (1, nchw, torch.float32)]
 
 
 # --------------------------------------------------------------------------- errors, raised early
@@ -169,13 +180,14 @@ def test_model_hash_follows_weights_and_input_size(model):
 
 
 @pytest.mark.parametrize("field, value", [("precision", "int8"), ("batch_size", 32), ("gpu", "NVIDIA_A100"),
-                                          ("trt_version", "10.9.0"), ("mhash", "ffff")])
+                                          ("trt_version", "10.9.0"), ("mhash", "ffff"), ("tf32", False)])
 def test_engine_path_keys_every_setting(tmp_path, field, value):
     base = dict(mhash="abcd", precision="fp16", batch_size=8, gpu="NVIDIA_H100_80GB_HBM3", trt_version="10.3.0")
     a = B.engine_path(tmp_path, **base)
     b = B.engine_path(tmp_path, **{**base, field: value})
     assert a != b
-    assert a.name == "abcd-fp16-b1_8_8-NVIDIA_H100_80GB_HBM3-trt10.3.0.engine"
+    # "typed": strongly typed builds; engines of the earlier flag-based recipe are not reused
+    assert a.name == "abcd-fp16-b1_8_8-NVIDIA_H100_80GB_HBM3-trt10.3.0-typed.engine"
 
 
 def test_calibration_key_follows_settings():
@@ -200,17 +212,16 @@ def test_calibration_key_follows_settings():
     (dict(compile=True), 1e-3),
 ])
 def test_torch_cuda_variants(model, frames, kwargs, tol):
-    # tf32 would otherwise make the fp32 comparisons depend on the GPU.
-    torch.backends.cudnn.allow_tf32 = False
     gpu_model = build_detector().eval()
     gpu_model.load_state_dict(model.state_dict())
     x = frames.cuda()
+    # tf32=False (before the reference): TF32 would otherwise make the fp32 comparisons depend on the GPU.
+    backend = B.make_backend(gpu_model, device="cuda", batch_size=3, input_hw=SMALL_HW, tf32=False, **kwargs)
     ref = _reference(gpu_model.cuda(), x)
-    backend = B.make_backend(gpu_model, device="cuda", batch_size=3, input_hw=SMALL_HW, **kwargs)
     out = backend(x)
     assert all(o.device.type == "cuda" and o.dtype == torch.float32 for o in out)
     assert _max_abs(out, ref) < tol
-    part = backend(x[:2])  # partial batch: padded for graphs/compile, cut back
+    part = backend(x[:2])  # partial batch: run at its own size (a graph captured for 2, a compile for 2)
     assert part[0].shape[0] == 2 and _max_abs(part, [r[:2] for r in ref]) < tol
     backend.close()
 

@@ -1,0 +1,129 @@
+"""Model artifacts and their cache: the folder, the cache key, ONNX (FP32, FP16), INT8 QDQ, engine file names.
+
+Converted models are cached under ``cache_dir`` (default ``$LABKIT_CACHE_DIR`` or
+``~/.cache/labkit/backends``), keyed by a hash of the model's weights and every setting that
+changes the artifact. Each one-time step runs in its own NVTX range (``onnx_export``,
+``int8_calibration``) so a profile that includes it shows what it was.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from source_code.backends.base import BackendUnavailable, default_input_hw
+from source_code.backends.calibration import CalibrationSettings, SceneCalibrationReader
+from source_code.backends.onnx_export import export_onnx
+
+
+def default_cache_dir() -> Path:
+    """Where converted models are cached: ``$LABKIT_CACHE_DIR`` or ``~/.cache/labkit/backends``."""
+    env = os.environ.get("LABKIT_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "labkit" / "backends"
+
+
+def model_hash(model: torch.nn.Module, *, input_hw: Sequence[int] | None = None) -> str:
+    """A short hash of the model's class, weights and input size, used as the cache key."""
+    h = hashlib.sha256()
+    h.update(type(model).__qualname__.encode())
+    h.update(repr(tuple(input_hw or ())).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        t = tensor.detach().cpu().contiguous()
+        h.update(str(t.dtype).encode() + repr(tuple(t.shape)).encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def ensure_onnx(model: torch.nn.Module, *, cache_dir: str | os.PathLike | None = None,
+                input_hw: Sequence[int] | None = None, opset: int = 17, fp16: bool = False) -> Path:
+    """The model exported to ONNX (dynamic batch), cached as ``<cache>/<model_hash>-opset<N>[-fp16].onnx``.
+
+    ``fp16``: the float16 graph with float32 input and outputs (``onnx_export.Fp16WithFp32IO``),
+    the source of strongly typed FP16 TensorRT engines.
+    """
+    hw = tuple(int(v) for v in input_hw) if input_hw is not None else default_input_hw()
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    mhash = model_hash(model, input_hw=hw)
+    path = cache / f"{mhash}-opset{opset}{'-fp16' if fp16 else ''}.onnx"
+    if not path.exists():
+        from labkit import annotate
+
+        tmp = cache / f".{path.stem}.{os.getpid()}.onnx"
+        with annotate.range("onnx_export"):
+            export_onnx(model, tmp, input_hw=hw, opset=opset, metadata={"labkit.model_hash": mhash}, fp16=fp16)
+        os.replace(tmp, path)
+    return path
+
+
+def ensure_int8_onnx(onnx_path: Path, *, calibration: CalibrationSettings, input_hw: Sequence[int],
+                     cache_dir: Path, workdir: str | os.PathLike | None = None) -> Path:
+    """The QDQ INT8 model of ``onnx_path``, cached next to it keyed by calibration settings.
+
+    Static quantization (``quantize_static``), QDQ format, INT8 weights per channel and INT8
+    activations, both symmetric: that is the form TensorRT's explicit quantization accepts,
+    and ONNX Runtime's recommended S8S8 QDQ form on CPU. The output convolutions of the three
+    heads are left in float: the heatmap logits feed a sigmoid and a threshold, where a
+    coarse quantization step changes which detections survive.
+    """
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+               "percentile": CalibrationMethod.Percentile}
+    if calibration.method not in methods:
+        raise BackendUnavailable(f"unknown calibration method {calibration.method!r}: choose one of {', '.join(methods)}")
+    out = cache_dir / f"{onnx_path.stem}-int8-{calibration.key()}.onnx"
+    if out.exists():
+        return out
+    from labkit import annotate
+
+    pre = cache_dir / f".{onnx_path.stem}.{os.getpid()}.pre.onnx"
+    tmp = cache_dir / f".{out.stem}.{os.getpid()}.onnx"
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(annotate.range("int8_calibration"))
+        stack.callback(pre.unlink, missing_ok=True)
+        stack.callback(tmp.unlink, missing_ok=True)
+        # ONNX shape inference is enough here (static H, W); the symbolic pass stops at Resize.
+        quant_pre_process(str(onnx_path), str(pre), skip_symbolic_shape=True)
+        proto = onnx.load(str(pre))
+        input_name = proto.graph.input[0].name
+        outputs = {o.name for o in proto.graph.output}
+        head_nodes = [n.name for n in proto.graph.node if set(n.output) & outputs]
+        reader = SceneCalibrationReader(calibration, input_name=input_name, input_hw=input_hw, workdir=workdir)
+        quantize_static(
+            str(pre), str(tmp), reader,
+            quant_format=QuantFormat.QDQ, per_channel=calibration.per_channel,
+            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+            calibrate_method=methods[calibration.method], nodes_to_exclude=head_nodes,
+            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
+        )
+        os.replace(tmp, out)
+    return out
+
+
+
+# Changes whenever build_engine builds differently, so cached engines are rebuilt.
+ENGINE_RECIPE = "typed"  # strongly typed from the FP32 / FP16 / QDQ ONNX models
+
+
+def engine_path(cache_dir: Path, *, mhash: str, precision: str, batch_size: int, gpu: str, trt_version: str,
+                calibration: CalibrationSettings | None = None, tf32: bool | None = None) -> Path:
+    """Cache file of one engine: keyed by model, precision, batch profile, GPU, TensorRT version and TF32."""
+    calib = f"-cal{calibration.key()}" if precision == "int8" and calibration is not None else ""
+    no_tf32 = "-notf32" if tf32 is False else ""
+    return cache_dir / (f"{mhash}-{precision}{calib}-b1_{batch_size}_{batch_size}-{gpu}-trt{trt_version}"
+                        f"{no_tf32}-{ENGINE_RECIPE}.engine")
+

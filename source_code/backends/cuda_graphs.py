@@ -1,0 +1,79 @@
+"""PyTorch captured into CUDA graphs, one per batch size that occurs; replayed on the backend's stream."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from source_code.backends.base import outputs_tuple, warm_sizes
+from source_code.backends.torch_eager import TorchBackend
+
+# Graphs kept per backend: with --interval K and batch B the sizes that occur are about
+# ceil(B/K), floor(B/K), B and the clip's last batch; a size beyond this many runs eagerly.
+MAX_GRAPHS = 8
+
+
+class CudaGraphBackend(TorchBackend):
+    """One CUDA graph per batch size: captured ahead for ``batch_sizes``, else on a size's first call.
+
+    Each graph reads a static input buffer and writes static output buffers: a call copies
+    ``x`` into the buffer of its size, replays, and returns copies of the outputs so the
+    next replay cannot overwrite what the caller holds. No batch is padded, so a short batch
+    costs the work of its own frames.
+    """
+
+    def __init__(self, model: torch.nn.Module, *, batch_sizes: Sequence[int] | None = None, **kw):
+        super().__init__(model, compile=False, **kw)
+        self.name += "-cuda_graphs"
+        self._graphs: dict[int, tuple] = {}
+        self.eager_calls = 0  # calls at a size beyond MAX_GRAPHS graphs, run without a graph
+        from labkit import annotate
+
+        with annotate.range("cuda_graph_capture"), torch.cuda.device(self.device):
+            for n in warm_sizes(self.batch_size, batch_sizes):
+                self._capture(n)
+
+    def _capture(self, n: int) -> tuple:
+        static_in = self.prepare(self.example(n))
+        graph = torch.cuda.CUDAGraph()
+        side = self.stream
+        # Warm-up on the backend's (non-default) stream: cuDNN autotuning and lazy
+        # allocations must happen before capture, in the layout and dtype the graph runs.
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.inference_mode(), torch.cuda.stream(side):
+            for _ in range(3):
+                self.model(static_in)
+        with torch.inference_mode(), torch.cuda.graph(graph, stream=side):
+            static_out = outputs_tuple(self.model(static_in))
+        side.synchronize()  # once per size, at set-up: the capture is complete before any replay
+        self._graphs[n] = (graph, static_in, static_out)
+        return self._graphs[n]
+
+    def graph_for(self, n: int):
+        """The graph for batch ``n`` (captured now if new and room is left), or None to run eagerly."""
+        entry = self._graphs.get(n)
+        if entry is None and len(self._graphs) < MAX_GRAPHS:
+            from labkit import annotate
+
+            with annotate.range("cuda_graph_capture", batch=n):
+                entry = self._capture(n)
+        return entry
+
+    def _run(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        entry = self.graph_for(x.shape[0])
+        if entry is None:
+            self.eager_calls += 1
+            return super()._run(x)
+        graph, static_in, static_out = entry
+        if tuple(x.shape[2:]) != tuple(static_in.shape[2:]):
+            raise ValueError(f"{self.name}: captured for {tuple(static_in.shape[2:])} frames, got {tuple(x.shape[2:])}")
+        with torch.inference_mode():
+            static_in.copy_(x)
+            graph.replay()
+            return tuple(o.to(torch.float32, copy=True) for o in static_out)
+
+    def close(self) -> None:
+        if self._graphs and self.stream is not None:
+            self.stream.synchronize()  # a replay still running reads the buffers freed below
+        super().close()
+        self._graphs = {}

@@ -1,0 +1,65 @@
+"""PyTorch backends: eager, fp16, channels_last and torch.compile (CUDA graphs: ``cuda_graphs.py``).
+
+FP32 on an Ampere or Hopper GPU means TF32 convolutions under PyTorch's defaults (see
+``base.set_tf32`` and ``make_backend(tf32=...)``).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Callable, Sequence
+
+import torch
+
+from source_code.backends.base import Backend, backend_stream, outputs_tuple, warm_sizes
+
+
+class TorchBackend(Backend):
+    """Eager PyTorch, optionally fp16, channels_last, or torch.compile; always at the true batch size."""
+
+    def __init__(self, model: torch.nn.Module, *, device: torch.device, precision: str, batch_size: int,
+                 channels_last: bool, compile: bool, input_hw: tuple[int, int],
+                 batch_sizes: Sequence[int] | None = None, stream=None):
+        self.device, self.batch_size, self.input_hw = device, batch_size, input_hw
+        self.precision, self.channels_last = precision, channels_last
+        self.dtype = torch.float16 if precision == "fp16" else torch.float32
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.stream = backend_stream(device, stream)
+        # A private copy: .half() and channels_last would otherwise change the caller's model.
+        m = copy.deepcopy(model).eval().to(device=device, dtype=self.dtype, memory_format=self.memory_format)
+        self.model = m
+        self._forward: Callable = m
+        self.compiled = compile
+        parts = ["torch", precision] + (["channels_last"] if channels_last else []) + (["compile"] if compile else [])
+        self.name = "-".join(parts)
+        if compile:
+            # One static graph per batch size, compiled here for the sizes the run will use
+            # (batch_sizes), not padded: a short batch (--interval, the clip's end) does the
+            # work of its own frames. A size not listed compiles on its first call.
+            self._forward = torch.compile(m, dynamic=False)
+            from labkit import annotate
+
+            with annotate.range("torch_compile"):
+                for n in warm_sizes(batch_size, batch_sizes):
+                    self.warm_up(n)
+
+    def example(self, n: int) -> torch.Tensor:
+        """A zero batch of ``n`` frames as the pipeline delivers it: float32, contiguous NCHW."""
+        h, w = self.input_hw
+        return torch.zeros((n, 3, h, w), device=self.device)
+
+    def prepare(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` in the dtype and memory format this backend runs, whatever layout it came in."""
+        return x.to(self.dtype).contiguous(memory_format=self.memory_format)
+
+    def warm_up(self, n: int) -> None:
+        """One call at batch ``n`` through the same path as ``__call__`` (layout, dtype, stream)."""
+        self(self.example(n))
+
+    def _run(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        with torch.inference_mode():
+            out = outputs_tuple(self._forward(self.prepare(x)))
+            return tuple(o.float().contiguous() for o in out)
+
+    def close(self) -> None:
+        self.model = None
+        self._forward = None
