@@ -22,8 +22,8 @@ from typing import Mapping, Sequence
 import pandas as pd
 
 from labkit.bench_core import (HEADLINE, RESULT_FIELDS, BenchError, BenchWarning, Result, _append, _argv, _config,
-                               _env, _flags, _progress, _prepare, _reports, _row, _run_once, _run_profiled, _safe,
-                               _stamp, _summarize, _warn_flags, config_of, error_line, read_results, spread,
+                               _env, _flags, _progress, _reports, _row, _run_once, _run_profiled, _stamp,
+                               _start, _summarize, _warn_flags, config_of, error_line, read_results, spread,
                                with_flag)
 from labkit.bench_parallel import run_parallel
 from labkit.ledger import not_run
@@ -76,10 +76,7 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
     """
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
-    cmd = _prepare(command, warmup)
-    name = _safe(name or f"{step}-{_stamp()}")
-    results_dir = _reports("results", results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
+    cmd, name, results_dir = _start(command, warmup, name or f"{step}-{_stamp()}", results_dir)
     run_env = _env(env)
     rows = []
     profile_path = None

@@ -358,6 +358,15 @@ def _prepare(command, warmup) -> list[str]:
     return cmd
 
 
+def _start(command, warmup, name: str, results_dir) -> tuple[list[str], str, Path]:
+    """What every runner does first: the argv (see :func:`_prepare`), a file-safe run name, and
+    the results folder, created."""
+    cmd = _prepare(command, warmup)
+    results_dir = _reports("results", results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    return cmd, _safe(name), results_dir
+
+
 def _check_exit(proc_rc: int, argv: list[str], log: Path, step: str, what: str, output: str,
                 stream: str = "stderr") -> None:
     if proc_rc != 0:

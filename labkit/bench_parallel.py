@@ -11,7 +11,7 @@ from typing import Mapping
 import pandas as pd
 
 from labkit.bench_core import (BenchError, Result, _append, _argv, _check_exit, _config, _env, _flags, _progress,
-                               _prepare, _reports, _row, _safe, _stamp, _summarize, _warn_flags)
+                               _row, _stamp, _start, _summarize, _warn_flags)
 
 __all__ = ["run_parallel"]
 
@@ -38,10 +38,7 @@ def run_parallel(command, *, processes: int, step: str, warmup: int | None = 5, 
     """
     if processes < 1:
         raise ValueError("processes must be at least 1")
-    cmd = _prepare(command, warmup)
-    name = _safe(name or f"{step}-np{processes}-{_stamp()}")
-    results_dir = _reports("results", results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
+    cmd, name, results_dir = _start(command, warmup, name or f"{step}-np{processes}-{_stamp()}", results_dir)
     run_env = _env(env)
     procs = []
     t0 = time.perf_counter()
