@@ -195,6 +195,9 @@ def test_run_step_skips_what_cannot_run_without_running_it(cpu_only, ledger):
     assert lab.report(r) is None and lab.report("fp16") is None
     assert lab.kernels(r).data.startswith("No profile")
     assert lab.compare("fp16", "baseline").data.startswith("No comparison: step 'fp16' was not run here: it needs")
+    lab.run_step("fp16", predicted_speedup=1.18, finding="infer is 85% of the frame", **lab.flags("fp16"))
+    row = Ledger(ledger.path).rows()[-1]  # the prediction a step was run under rides on its row
+    assert (row["predicted_speedup"], row["finding"]) == (1.18, "infer is 85% of the frame")
     swept = lab.sweep("gpu_preprocess", "batch_size", [2], step="b{value}")
     assert swept.status == "skipped" and Ledger(ledger.path).rows()[-1]["step"] == "b2"
     assert lab.speedup is not None and "fp16" not in set(lab.ledger().query("status == 'ok'")["step"])
