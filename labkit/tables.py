@@ -5,7 +5,7 @@
     t.frame                                # numbers, index = step
     print(t.to_markdown())
 
-Command line: ``python -m labkit table [PATH] [--metric fps] [--baseline baseline]``.
+Command line: ``python -m labkit table [PATH] [--metric fps] [--baseline baseline] [--exercises]``.
 
 Rules:
 
@@ -332,7 +332,8 @@ def speedup_table(source, *, baseline: str = "baseline", metric: str = "fps",
 
 
 def cli_table(argv: list[str]) -> int:
-    """``python -m labkit table [PATH] [--metric fps] [--baseline baseline] [--machine M] [--output FILE]``."""
+    """``python -m labkit table [PATH] [--metric fps] [--baseline baseline] [--machine M] [--output FILE]
+    [--exercises]``."""
     default = str(reports_dir())
     p = argparse.ArgumentParser(prog="python -m labkit table",
                                 description="Print the relative speed-up table (markdown) of a results ledger.")
@@ -343,11 +344,13 @@ def cli_table(argv: list[str]) -> int:
     p.add_argument("--machine", action="append", dest="machines", metavar="LABEL",
                    help="show only this machine (repeatable; order kept)")
     p.add_argument("--output", type=Path, help="also write the markdown to this file")
+    p.add_argument("--exercises", action="store_true", help="keep rows of kind 'exercise' (left out by default)")
     args = p.parse_args(argv)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            table = speedup_table(args.path, baseline=args.baseline, metric=args.metric, machines=args.machines)
+            table = speedup_table(args.path, baseline=args.baseline, metric=args.metric, machines=args.machines,
+                                  exercises=args.exercises)
     except SpeedupTableError as exc:
         print(f"labkit table: {exc}", file=sys.stderr)
         return 1

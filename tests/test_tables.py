@@ -179,7 +179,7 @@ def test_alternatives_are_grouped_under_the_step_they_build_on():
     assert list(t.frame.columns[:2]) == ["kind", "builds_on"] and t.frame.loc["ort_int8", "kind"] == "alternative"
 
 
-def test_exercise_rows_are_left_out_unless_asked(tmp_path):
+def test_exercise_rows_are_left_out_unless_asked(tmp_path, capsys):
     led = Ledger(tmp_path / "ledger.jsonl")
     for row in Ledger(CPU_REF).rows()[:2]:
         led.append({k: v for k, v in row.items() if k not in ("ledger", "line")})
@@ -191,6 +191,8 @@ def test_exercise_rows_are_left_out_unless_asked(tmp_path):
         t = speedup_table(tmp_path)
     assert list(t.speedup.index) == ["baseline", "queues"] and not t.has_builds_on
     assert "baseline_omp_active" in speedup_table(tmp_path, exercises=True).speedup.index
+    assert cli_table([str(tmp_path)]) == 0 and "baseline_omp_active" not in capsys.readouterr().out
+    assert cli_table([str(tmp_path), "--exercises"]) == 0 and "baseline_omp_active" in capsys.readouterr().out
 
 
 def test_compare_rows_of_a_real_ledger():
