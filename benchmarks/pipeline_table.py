@@ -41,8 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "source_code" / "detect_video.py"
 
 
-def configs(batch: int, streams: int, device: str, all_streams: tuple[int, ...] = (1,)) -> dict[str, dict]:
-    """Name -> detect_video flags: the baseline, each single change, and for each stream count in
+def single_changes(batch: int, streams: int, device: str, all_streams: tuple[int, ...] = (1,)) -> dict[str, dict]:
+    """This benchmark's catalogue (not the lab's cumulative steps, ``labbook.catalogue``, although
+    some names are the same): name -> detect_video flags: the baseline, each single change, and for each stream count in
     ``all_streams`` every change together (``all_sN``; ``all_sN_interval3`` also detects on every
     third frame), each preceded by the decode-only ceiling of the same decoder threads."""
     gpu = device != "cpu"
@@ -73,9 +74,17 @@ def ceiling(flags: dict) -> str:
     return f"decode_only_s{n}" if (n > 1 or flags.get("queues")) else "decode_only_1"
 
 
-def command(clip: Path, frames: int, device: str, flags: dict) -> list[str]:
-    return [sys.executable, str(APP), "--input", str(clip), "--frames", str(frames), "--device", device,
-            *flag_args(flags)]
+def options(clip: Path, frames: int, device: str, flags: dict, out: Path) -> dict:
+    """Every option of one configuration's run (what its ledger row records as ``config``); a run
+    that draws writes its video under ``out``, passed as a flag, not through the environment."""
+    drawn = flags.get("osd", True) is not False and not flags.get("decode_only")
+    return {"input": str(clip), "frames": frames, "device": device,
+            **({"output": str(out / f"{clip.stem}.tracked.mp4")} if drawn else {}), **flags}
+
+
+def command(opts: dict) -> list[str]:
+    """The argv of a run with ``opts``: the one place this benchmark turns options into a command line."""
+    return [sys.executable, str(APP), *flag_args(opts)]
 
 
 def table(results: dict[str, object], all_flags: dict[str, dict]) -> pd.DataFrame:
@@ -153,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run([sys.executable, str(ROOT / "source_code" / "make_video.py"), "--out", str(clip),
                             "--seconds", str(args.seconds), "--seed", "11"], check=True)
     frames = args.frames or int(round(args.seconds * 30))
-    all_flags = configs(args.batch_size, args.streams, device,
+    all_flags = single_changes(args.batch_size, args.streams, device,
                       tuple(int(v) for v in args.all_streams.split(",") if v.strip()))
     names = list(all_flags) if not args.configs else [c.strip() for c in args.configs.split(",") if c.strip()]
     unknown = [n for n in names if n not in all_flags]
@@ -163,14 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     # One untimed decode-only pass first, so the first measured configuration does not pay for
     # cold caches (the clip and OpenCV's codec libraries in the page cache); on the H100 the
     # first decode-only rows had the widest spreads.
-    subprocess.run(command(clip, frames, device, {"decode_only": True}), capture_output=True, timeout=args.timeout)
+    subprocess.run(command(options(clip, frames, device, {"decode_only": True}, args.out)), capture_output=True,
+                   timeout=args.timeout)
     results: dict[str, object] = {}
     for name in names:
-        cmd = command(clip, frames, device, all_flags[name])
+        opts = options(clip, frames, device, all_flags[name], args.out)
         key = name.startswith(("baseline", "decode_only", "all_"))
         repeats = args.repeats if key or args.repeats_single is None else args.repeats_single
         try:
-            r = bench.run(cmd, step=name, repeats=repeats, warmup=args.warmup, ledger=ledger,
+            r = bench.run(command(opts), step=name, repeats=repeats, warmup=args.warmup, ledger=ledger, config=opts,
                           results_dir=args.out / "results", timeout=args.timeout, progress=False)
         except LabkitError as e:
             results[name] = f"failed: {str(e).splitlines()[0]}"

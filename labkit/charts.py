@@ -4,6 +4,7 @@
     charts.speedup_bars(speedup_table("reports/"))
     charts.fps_vs_accuracy(Ledger("reports/ledger.jsonl").read(), accuracy="map50")
     charts.stage_bars(Ledger("reports/ledger.jsonl").read())
+    charts.tradeoff(sweep_frame, label="batch_size")
 
 Ledger frames may hold several rows per step and machine; like the speed-up table, the plots
 use the latest one (:func:`labkit.tables.latest_rows`). Sized for a notebook cell (about 8x4 in).
@@ -16,7 +17,7 @@ import pandas as pd
 
 from labkit.tables import SpeedupTable, latest_rows
 
-__all__ = ["speedup_bars", "fps_vs_accuracy", "stage_bars"]
+__all__ = ["speedup_bars", "fps_vs_accuracy", "stage_bars", "tradeoff"]
 
 _WIDTH = 8.0
 
@@ -125,7 +126,9 @@ def stage_bars(frame: pd.DataFrame, *, title: str | None = None):
         ax.set_xlabel("ms per frame")
         ax.margins(x=0.12)
         ax.set_title(machine if machine else (title or "Time per frame by stage"), fontsize=10)
-    axes[0, 0].legend(fontsize=8, ncols=min(len(stages), 6), loc="lower right", bbox_to_anchor=(1, 1.08))
+    # one legend for all panels, below them: above the axes it covered the panel's title
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, ncols=min(len(stages), 6), loc="outside lower center")
     if title and machines != [None]:
         fig.suptitle(title)
     return fig
@@ -136,3 +139,26 @@ def _stage_colors(stages):
 
     cmap = colormaps["tab10"]
     return {s: cmap(i % 10) for i, s in enumerate(stages)}
+
+
+def tradeoff(frame: pd.DataFrame, *, label: str, title: str | None = None):
+    """Median latency against throughput, one labelled point per row, joined in row order.
+
+    Args:
+        frame: ledger or sweep frame with ``fps`` (frames/s), ``latency_p50_ms`` (ms) and
+            ``label``, the column written beside each point (e.g. ``batch_size``).
+    """
+    for col in ("fps", "latency_p50_ms", label):
+        if col not in frame.columns:
+            raise ValueError(f"frame has no {col!r} column; columns: {list(frame.columns)}")
+    fig, axes = _figure(height=4.0)
+    ax = axes[0, 0]
+    ax.plot(frame["fps"], frame["latency_p50_ms"], "o-", zorder=3)
+    for value, x, y in zip(frame[label], frame["fps"], frame["latency_p50_ms"]):
+        ax.annotate(f"{label} {value}", (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points")
+    ax.set_xlabel("throughput (frames/s)")
+    ax.set_ylabel("latency p50 (ms)")
+    ax.set_title(title or f"latency against throughput, by {label}")
+    ax.grid(alpha=0.3)
+    ax.margins(0.15)
+    return fig

@@ -10,7 +10,11 @@ A row (``schema`` 1) is a JSON object::
                  "map50": 0.81, "mota": 0.7, "idf1": 0.8, "hota": 0.6},
      "paths": {"profile": "reports/x.nsys-rep", "results": ["reports/x.r0.json", ...]}}
 
-Only ``step`` is required. Appends never rewrite the file: re-running a step adds a row and
+Only ``step`` is required. Optional top-level fields: ``status`` (``ok``; ``flagged``, a run
+whose results were suspect; ``skipped``, not run here, with its ``reason``; ``failed``, the run
+failed, with the application's error line in ``reason``); ``kind`` (what the step is in the lab:
+see :data:`KINDS`); ``builds_on`` (the step whose flags it starts from); ``predicted_speedup``
+and ``finding`` (the prediction it was run under). Appends never rewrite the file: re-running a step adds a row and
 earlier rows stay. Concurrent writers (processes or threads) are serialized with ``fcntl.flock``
 on the ledger file, and each row goes out as one ``write`` of one line on an ``O_APPEND``
 descriptor, then ``fsync``; a writer killed mid-line leaves at most that line corrupt, and the
@@ -31,13 +35,30 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-__all__ = ["Ledger", "LedgerWarning", "SCHEMA", "BASE_COLUMNS", "machine_label", "flatten"]
+__all__ = ["Ledger", "LedgerWarning", "SCHEMA", "BASE_COLUMNS", "KINDS", "STATUSES", "machine_label", "flatten",
+           "not_run"]
 
 SCHEMA = 1
 """Version of the row layout written by :meth:`Ledger.append`."""
 
 BASE_COLUMNS = ["schema", "time", "step", "name", "machine", "ledger", "line"]
 """Columns every frame from :meth:`Ledger.read` has, even when the ledger is empty."""
+
+STATUSES = ("ok", "flagged", "skipped", "failed")
+"""Values of a row's ``status``; only ``ok`` rows (or rows without a status) carry figures."""
+
+KINDS = ("cumulative", "alternative", "sweep", "exercise")
+"""Values of a row's ``kind``: a step that keeps every change before it; an alternative to a
+step (built on it, not built on by the next); one value of a swept option; an exercise run
+(left out of the lab's speed-up table unless asked for)."""
+
+
+def not_run(step: str, *, status: str, reason: str, config: Mapping[str, Any] | None = None,
+            labels: Mapping[str, Any] | None = None) -> dict:
+    """The ledger record of a step that was skipped or failed: no figures, a ``reason``."""
+    if status not in ("skipped", "failed"):
+        raise ValueError(f"status={status!r}: a step that did not run is 'skipped' or 'failed'")
+    return {**(labels or {}), "step": step, "status": status, "reason": reason, "config": dict(config or {})}
 
 
 class LedgerWarning(UserWarning):

@@ -5,7 +5,7 @@
     t.frame                                # numbers, index = step
     print(t.to_markdown())
 
-Command line: ``python -m labkit table [PATH] [--metric fps] [--baseline baseline]``.
+Command line: ``python -m labkit table [PATH] [--metric fps] [--baseline baseline] [--exercises]``.
 
 Rules:
 
@@ -13,8 +13,14 @@ Rules:
   file order); machines likewise, unless ``machines=`` names them.
 - When a step ran several times on one machine, the **latest** row that has the metric counts:
   greatest ``time``, ties going to the later line. Earlier rows stay in the ledger for history.
-- Rows whose ``status`` is not ``"ok"`` (bench flags runs whose results file was not ok) are
-  left out with a :class:`SpeedupWarning`; rows without a status count.
+- Rows whose ``status`` is ``"flagged"`` (bench flags runs whose results file was not ok) are
+  left out with a :class:`SpeedupWarning`; ``"skipped"`` and ``"failed"`` rows (steps that did
+  not run; they carry no figures) are left out quietly; rows without a status count.
+- Rows of ``kind`` ``"exercise"`` are left out unless ``exercises=True``.
+- Where rows say what each step builds on (``builds_on``, or the ``builds_on=`` mapping), the
+  table gains a ``kind`` and a ``builds_on`` column and, per machine, the speed-up over that
+  step (``over builds_on (<machine>)``); rows are grouped: each step, then the alternatives,
+  sweep values and steps built on it that are not on the main path.
 - Speed-up is ``metric / baseline`` for throughput (``fps``) and ``baseline / metric`` for
   metrics where lower is better (names containing ``latency`` or ending in ``_ms``), so a
   speed-up above 1 is always an improvement.
@@ -29,7 +35,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pandas as pd
 
@@ -38,7 +44,7 @@ from labkit.errors import LabkitError
 from labkit.ledger import Ledger, frame_of
 
 __all__ = ["speedup_table", "SpeedupTable", "SpeedupTableError", "SpeedupWarning", "load_ledgers",
-           "ACCURACY_METRICS", "lower_is_better", "latest_rows", "cli_table"]
+           "ACCURACY_METRICS", "lower_is_better", "latest_rows", "compare", "cli_table"]
 
 ACCURACY_METRICS = ("map50", "mota")
 """Accuracy columns carried into the table when the ledger has them."""
@@ -97,6 +103,10 @@ class SpeedupTable:
             present in the ledger.
         metric, baseline: what was compared.
         rows: the ledger rows used (the latest per step and machine).
+        steps: index ``step``, columns ``kind`` and ``builds_on`` (None where unknown); empty
+            columns when no row says what it builds on.
+        over_builds_on: index ``step``, one float column per machine: the metric's speed-up
+            over the step it builds on (NaN where that step is unknown or did not run).
     """
 
     speedup: pd.DataFrame
@@ -105,24 +115,38 @@ class SpeedupTable:
     metric: str
     baseline: str
     rows: pd.DataFrame = field(repr=False)
+    steps: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    over_builds_on: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
 
     @property
     def machines(self) -> list[str]:
         return list(self.speedup.columns)
 
     @property
+    def has_builds_on(self) -> bool:
+        return "builds_on" in self.steps.columns and self.steps["builds_on"].notna().any()
+
+    @property
     def frame(self) -> pd.DataFrame:
-        """All numbers in one frame, index ``step``: ``speed-up (<machine>)`` columns first,
-        then ``<metric> (<machine>)``, then the accuracy columns."""
+        """All numbers in one frame, index ``step``: ``kind`` and ``builds_on`` (when known),
+        ``speed-up (<machine>)`` columns, ``over builds_on (<machine>)`` (when known), then
+        ``<metric> (<machine>)``, then the accuracy columns."""
         sp = self.speedup.rename(columns=lambda m: f"speed-up ({m})")
         val = self.values.rename(columns=lambda m: f"{self.metric} ({m})")
-        return pd.concat([sp, val, self.accuracy], axis=1)
+        if not self.has_builds_on:
+            return pd.concat([sp, val, self.accuracy], axis=1)
+        over = self.over_builds_on.rename(columns=lambda m: f"over builds_on ({m})")
+        return pd.concat([self.steps[["kind", "builds_on"]], sp, over, val, self.accuracy], axis=1)
 
     def _formatted(self) -> pd.DataFrame:
         frame = self.frame
         out = pd.DataFrame(index=frame.index)
         for col in frame.columns:
-            spec = "{:.2f}x" if col.startswith("speed-up") else "{:.3f}" if col in self.accuracy.columns else "{:.1f}"
+            if col in ("kind", "builds_on"):
+                out[col] = ["" if pd.isna(v) else str(v) for v in frame[col]]
+                continue
+            spec = ("{:.2f}x" if col.startswith(("speed-up", "over ")) else
+                    "{:.3f}" if col in self.accuracy.columns else "{:.1f}")
             out[col] = ["—" if pd.isna(v) else spec.format(v) for v in frame[col]]
         return out
 
@@ -131,8 +155,9 @@ class SpeedupTable:
         from tabulate import tabulate
 
         f = self._formatted()
+        align = ["left" if c in ("kind", "builds_on") else "right" for c in f.columns]
         return tabulate(f.reset_index().values.tolist(), headers=["step", *f.columns], tablefmt="pipe",
-                        disable_numparse=True, colalign=("left", *["right"] * len(f.columns)))
+                        disable_numparse=True, colalign=("left", *align))
 
     def _repr_html_(self) -> str:
         return self._formatted().to_html()
@@ -141,8 +166,9 @@ class SpeedupTable:
         return self.to_markdown()
 
 
-def latest_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """The latest row per (machine, step) of a ledger frame, in the frame's order.
+def latest_rows(df: pd.DataFrame, steps: Sequence[str] | None = None) -> pd.DataFrame:
+    """The latest row per (machine, step) of a ledger frame, in the frame's order, or in the
+    order of ``steps`` (only those kept) when given.
 
     Latest means greatest ``time``, ties going to the later row; a frame without ``time``
     (or ``machine``) uses row order (one machine).
@@ -151,11 +177,85 @@ def latest_rows(df: pd.DataFrame) -> pd.DataFrame:
     order = df.assign(_pos=range(len(df)))
     by = (["time"] if "time" in df.columns else []) + ["_pos"]
     order = order.sort_values(by, kind="stable", na_position="first")
-    return order.groupby(keys, sort=False).tail(1).sort_values("_pos").drop(columns="_pos")
+    out = order.groupby(keys, sort=False).tail(1).sort_values("_pos").drop(columns="_pos")
+    if steps is None:
+        return out
+    rank = {s: i for i, s in enumerate(dict.fromkeys(steps))}
+    out = out[out["step"].isin(list(rank))]
+    return out.iloc[out["step"].map(rank).argsort(kind="stable")]
+
+
+def compare(new, old, *, metric: str = "fps") -> str:
+    """One sentence: ``metric`` of ledger row ``new`` against ``old``, the ratio, and the noise.
+
+    Args:
+        new, old: ledger rows (dicts or Series, as from :func:`latest_rows`) with ``step``,
+            ``metric``, and optionally ``spread``, ``repeats``, ``status`` and ``reason``.
+    Returns:
+        ``"'b': 25.00 frames/s against 10.00 for 'a': 2.50x (150% faster); ..."``, or
+        ``"No comparison: ..."`` naming the row that has no figure and why.
+    """
+    for row in (new, old):
+        status, value = row.get("status"), row.get(metric)
+        if (isinstance(status, str) and status != "ok") or value is None or pd.isna(value):
+            why = row.get("reason") if isinstance(row.get("reason"), str) else f"it has no {metric}"
+            verb = {"skipped": "was not run here", "failed": "failed here"}.get(status, "has no figure")
+            return f"No comparison: step '{row.get('step')}' {verb}: {why}."
+    unit = "frames/s" if metric == "fps" else metric
+    ratio = float(new[metric]) / float(old[metric])
+    if lower_is_better(metric):
+        ratio = 1 / ratio
+    word = "the same" if round(ratio, 2) == 1 else "faster" if ratio > 1 else "slower"
+    n = new.get("repeats")
+    n = int(n) if n is not None and not pd.isna(n) else 1
+    spread = new.get("spread")
+    noise = (f"run-to-run spread of '{new['step']}' {spread:.0%} over {n} runs" if n > 1 and spread is not None
+             else "one measured run each, so no spread to judge the noise by")
+    change = word if word == "the same" else f"{abs(ratio - 1):.0%} {word}"
+    return (f"'{new['step']}': {float(new[metric]):.2f} {unit} against {float(old[metric]):.2f} for "
+            f"'{old['step']}': {ratio:.2f}x ({change}); {noise}.")
+
+
+def _step_info(latest: pd.DataFrame, steps: list[str], builds_on: Mapping[str, str] | None) -> pd.DataFrame:
+    """Index ``step``: ``kind`` and ``builds_on`` from the rows (latest non-null), ``builds_on=`` first."""
+    info = pd.DataFrame(index=pd.Index(steps, name="step"), columns=["kind", "builds_on"], dtype=object)
+    for col in ("kind", "builds_on"):
+        if col in latest.columns:
+            known = latest.dropna(subset=[col]).groupby("step", sort=False)[col].last()
+            info[col] = known.reindex(steps).astype(object)
+    for step, base in (builds_on or {}).items():
+        if step in info.index:
+            info.loc[step, "builds_on"] = base
+    return info.where(info.notna(), None)
+
+
+def _grouped(steps: list[str], info: pd.DataFrame) -> list[str]:
+    """Steps on the main path (cumulative, or kind unknown) in order, each followed by the
+    alternatives and sweep values built on it, recursively."""
+    children: dict[str, list[str]] = {}
+    roots = []
+    for s in steps:
+        base, kind = info.loc[s, "builds_on"], info.loc[s, "kind"]
+        if kind in ("alternative", "sweep") and base in info.index and base != s:
+            children.setdefault(base, []).append(s)
+        else:
+            roots.append(s)
+    out: list[str] = []
+
+    def visit(s: str) -> None:
+        if s not in out:
+            out.append(s)
+            for c in children.get(s, []):
+                visit(c)
+
+    for s in roots:
+        visit(s)
+    return out + [s for s in steps if s not in out]
 
 
 def speedup_table(source, *, baseline: str = "baseline", metric: str = "fps",
-                  machines: Sequence[str] | None = None) -> SpeedupTable:
+                  machines: Sequence[str] | None = None, exercises: bool = False,
+                  builds_on: Mapping[str, str] | None = None) -> SpeedupTable:
     """Relative speed-up of every step over ``baseline``, per machine (see the module rules).
 
     Args:
@@ -164,6 +264,9 @@ def speedup_table(source, *, baseline: str = "baseline", metric: str = "fps",
         baseline: the step everything is compared with.
         metric: a ledger metric column: ``fps`` (default), ``latency_p50_ms``, ...
         machines: machine labels to show, in this order (default: all, in first-seen order).
+        exercises: keep rows of ``kind`` ``"exercise"`` (left out by default).
+        builds_on: step -> the step it builds on, for ledgers whose rows predate ``builds_on``
+            (it wins over the rows' own field).
     Returns:
         :class:`SpeedupTable`; ``.frame`` has index ``step`` and columns ``speed-up (<m>)``,
         ``<metric> (<m>)`` per machine, then ``map50 (<m>)``/``mota (<m>)`` where present.
@@ -177,12 +280,14 @@ def speedup_table(source, *, baseline: str = "baseline", metric: str = "fps",
     if missing:
         known = sorted(c for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and c not in {"schema", "line"})
         raise SpeedupTableError(f"ledger has no column(s) {sorted(missing)}; numeric columns there: {known}")
+    if "kind" in df.columns and not exercises:
+        df = df[df["kind"] != "exercise"]
     if "status" in df.columns:
-        bad = df["status"].notna() & (df["status"] != "ok")
+        bad = df["status"] == "flagged"
         if bad.any():
             where = ", ".join(f"{r.step} on {r.machine}" for r in df[bad].itertuples())
             warnings.warn(f"{int(bad.sum())} flagged ledger row(s) left out ({where})", SpeedupWarning, stacklevel=2)
-            df = df[~bad]
+        df = df[df["status"].isna() | (df["status"] == "ok")]
     df = df[df[metric].notna()]
     if df.empty:
         raise SpeedupTableError(f"no ledger row has a value for {metric!r}")
@@ -197,6 +302,9 @@ def speedup_table(source, *, baseline: str = "baseline", metric: str = "fps",
         df = df[df["machine"].isin(machines)]
     latest = latest_rows(df)
     steps = list(dict.fromkeys(df["step"]))  # first-seen order
+    info = _step_info(latest, steps, builds_on)
+    steps = _grouped(steps, info) if info["builds_on"].notna().any() else steps
+    info = info.reindex(steps)
     values = latest.pivot(index="step", columns="machine", values=metric).reindex(index=steps, columns=machines)
     values = values.astype(float)
     values.columns.name = None
@@ -216,13 +324,16 @@ def speedup_table(source, *, baseline: str = "baseline", metric: str = "fps",
             for m in machines:
                 acc_cols[f"{acc} ({m})"] = piv[m].astype(float)
     accuracy = pd.DataFrame(acc_cols, index=pd.Index(steps, name="step"))
-    values.index.name = speedup.index.name = "step"
+    base_of = values.reindex(info["builds_on"].tolist()).set_axis(values.index)
+    over = (base_of / values) if lower_is_better(metric) else (values / base_of)
+    values.index.name = speedup.index.name = over.index.name = "step"
     return SpeedupTable(speedup=speedup, values=values, accuracy=accuracy, metric=metric, baseline=baseline,
-                        rows=latest.reset_index(drop=True))
+                        rows=latest.reset_index(drop=True), steps=info, over_builds_on=over)
 
 
 def cli_table(argv: list[str]) -> int:
-    """``python -m labkit table [PATH] [--metric fps] [--baseline baseline] [--machine M] [--output FILE]``."""
+    """``python -m labkit table [PATH] [--metric fps] [--baseline baseline] [--machine M] [--output FILE]
+    [--exercises]``."""
     default = str(reports_dir())
     p = argparse.ArgumentParser(prog="python -m labkit table",
                                 description="Print the relative speed-up table (markdown) of a results ledger.")
@@ -233,11 +344,13 @@ def cli_table(argv: list[str]) -> int:
     p.add_argument("--machine", action="append", dest="machines", metavar="LABEL",
                    help="show only this machine (repeatable; order kept)")
     p.add_argument("--output", type=Path, help="also write the markdown to this file")
+    p.add_argument("--exercises", action="store_true", help="keep rows of kind 'exercise' (left out by default)")
     args = p.parse_args(argv)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            table = speedup_table(args.path, baseline=args.baseline, metric=args.metric, machines=args.machines)
+            table = speedup_table(args.path, baseline=args.baseline, metric=args.metric, machines=args.machines,
+                                  exercises=args.exercises)
     except SpeedupTableError as exc:
         print(f"labkit table: {exc}", file=sys.stderr)
         return 1

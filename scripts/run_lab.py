@@ -3,13 +3,19 @@
 
     python scripts/run_lab.py [--mode small|full] [--only 01 | --from 05] [--out reports/notebooks]
 
-The mode reaches the notebooks as the environment variable LABKIT_MODE (their configuration
-cell reads it). Executed copies, with outputs, are written under --out; the stored notebooks
-are never modified. Stops at the first failing notebook and names the cell that failed; after a
-fix, ``--from NN`` goes on from that notebook (the ledger keeps the earlier steps' rows).
-A lab step whose run fails (``lab.Failed``) does not stop its notebook; failed steps are all
-listed at the end and the exit status is 1. Seconds per notebook are kept in
-``<out>/timings.json`` (merged across runs, one entry per notebook: its latest run).
+Working directories: this script may be started from anywhere (it changes to the project root);
+each notebook's kernel runs with ``notebooks/`` as its working directory, as in JupyterLab. Every
+location the lab uses is absolute (``labbook.settings``: ``$LABKIT_REPORTS``, default
+``<project>/reports``), so nothing depends on either.
+
+The mode reaches the notebooks as the environment variable LABKIT_MODE (``labbook`` reads it).
+Executed copies, with outputs, are written under --out; the stored notebooks are never modified.
+Stops at the first failing notebook and names the cell that failed; after a fix, ``--from NN``
+goes on from that notebook (the ledger keeps the earlier steps' rows). A lab step whose run
+fails does not stop its notebook: it is a ledger row with ``status: "failed"`` and its reason;
+the failed steps of this run, read from the ledger, are listed at the end and the exit status
+is 1. Seconds per notebook are kept in ``<out>/timings.json`` (merged across runs, one entry per
+notebook: its latest run).
 """
 from __future__ import annotations
 
@@ -17,13 +23,12 @@ import argparse
 import datetime
 import json
 import os
-import re
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from labkit.env import reports_dir
+from labbook.settings import LEDGER, REPORTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,16 +53,19 @@ def report_failures(failed: dict[str, tuple[str, str]]) -> None:
             print(f"  {book}: {step}: {why}", file=sys.stderr)
 
 
-def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int) -> tuple[float, dict[str, str]]:
-    """Execute one notebook with the project root as working dir; returns seconds taken and the
-    steps that failed in it (see :func:`failures`)."""
+def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int,
+                 ledger: Path = LEDGER) -> tuple[float, dict[str, str]]:
+    """Execute one notebook with its folder as working dir; returns seconds taken and the steps
+    that failed in it (their ledger rows, see :func:`failures`)."""
     import nbformat
+    import pandas as pd
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
     from traitlets.config import Config
 
     nb = nbformat.read(path, as_version=4)
     os.environ["LABKIT_MODE"] = mode
+    since = pd.Timestamp.now(tz="UTC")
     t0 = time.perf_counter()
     # The kernel talks to us over Unix sockets in a private folder: over the default TCP
     # transport every kernel (ipykernel 7) warns that its traffic is unencrypted.
@@ -71,28 +79,24 @@ def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int) -> tuple
             out_dir.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, out_dir / path.name)
             raise NotebookError(f"run_lab: {path.name} failed (executed copy with the error: "
-                                f"{out_dir / path.name}):\n{str(exc)[-2000:]}", failures(nb)) from None
+                                f"{out_dir / path.name}):\n{str(exc)[-2000:]}", failures(ledger, since)) from None
     out_dir.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out_dir / path.name)
-    return time.perf_counter() - t0, failures(nb)
+    return time.perf_counter() - t0, failures(ledger, since)
 
 
-FAILED = re.compile(r"Step '([^']+)' failed here: (.*)")
-"""How notebooks/lab.py's ``Failed`` prints a step that failed (``lab.FAILED_MARK``)."""
+def failures(ledger: Path, since) -> dict[str, str]:
+    """Steps whose latest ledger row written at or after ``since`` (a UTC timestamp) has
+    ``status: "failed"``: step -> its reason (the application's error line)."""
+    from labkit import Ledger
+    from labkit.tables import latest_rows
 
-
-def failures(nb) -> dict[str, str]:
-    """Steps that failed in an executed notebook (step -> the application's error line),
-    read from the cells' outputs."""
-    found: dict[str, str] = {}
-    for cell in nb.get("cells", []):
-        for out in cell.get("outputs", []):
-            data = out.get("data", {})
-            for text in (out.get("text", ""), data.get("text/plain", ""), data.get("text/markdown", "")):
-                text = "".join(text) if isinstance(text, list) else text
-                for m in FAILED.finditer(text):
-                    found.setdefault(m.group(1), m.group(2).strip().strip("'\"*").rstrip("."))
-    return found
+    df = Ledger(ledger).read()
+    if df.empty or "status" not in df.columns:
+        return {}
+    df = latest_rows(df[df["time"] >= since].drop(columns="machine"))  # one row per step
+    bad = df[df["status"] == "failed"]
+    return {str(step): str(reason) for step, reason in zip(bad["step"], bad.get("reason", [""] * len(bad)))}
 
 
 def record_timing(out_dir: Path, book: str, seconds: float, mode: str) -> dict:
@@ -119,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--only", default="", help="run only notebooks whose name starts with this")
     which.add_argument("--from", dest="start", default="", metavar="NN",
                        help="run the notebooks from the one whose name starts with this, in order")
-    reports = reports_dir(ROOT / "reports")
+    reports = REPORTS
     p.add_argument("--out", type=Path, default=reports / "notebooks",
                    help="where the executed copies go (default: $LABKIT_REPORTS/notebooks, else reports/notebooks)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")

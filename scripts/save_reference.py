@@ -11,19 +11,53 @@ and draws their timelines; an export over ``--max-mb`` is trimmed to ``--trim-ba
 GPU reference saved here appears as its own column beside this machine's. A CPU reference is best
 saved with ``--ledger-name ledger.reference.jsonl``: the same CPU model elsewhere would otherwise
 share its column.
+
+The saved ledger holds no absolute path of the machine that made it: paths under the reports
+folder become relative to it (``profiles/baseline-....nsys-rep``), paths under the project
+relative to the project (``source_code/detect_video.py``), the Python interpreter ``python``, and
+any other absolute path its file name (:func:`portable`).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 from labkit.env import reports_dir
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def portable(value, *, reports: Path, root: Path = ROOT, python: str = sys.executable):
+    """``value`` (a ledger row or any part of it) with every absolute path made machine-neutral:
+    relative to ``reports``, else to ``root``; the interpreter as ``python``; else the file name."""
+    if isinstance(value, dict):
+        return {k: portable(v, reports=reports, root=root, python=python) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v, reports=reports, root=root, python=python) for v in value]
+    if not isinstance(value, str) or not os.path.isabs(value):
+        return value
+    if value == python:
+        return "python"
+    path = Path(value)
+    for base in (Path(reports).resolve(), Path(root).resolve()):
+        if path.is_relative_to(base):
+            return str(path.relative_to(base))
+    return path.name
+
+
+def save_ledger(src: Path, dst: Path, *, reports: Path) -> None:
+    """Copy the ledger at ``src`` to ``dst`` line by line, each row made :func:`portable`
+    (corrupt lines are skipped, as ``labkit.Ledger`` reads them)."""
+    from labkit import Ledger
+
+    rows = [portable({k: v for k, v in row.items() if k not in ("ledger", "line")}, reports=reports)
+            for row in Ledger(src).rows()]
+    dst.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
 
 
 def _latest_profile(profiles: Path, step: str) -> Path | None:
@@ -65,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     dst.mkdir(parents=True, exist_ok=True)
     before = {p.name for p in dst.iterdir()}
-    shutil.copy2(ledger, dst / args.ledger_name)
+    save_ledger(ledger, dst / args.ledger_name, reports=src)
     written = [args.ledger_name]
     copies = {name: name for name in ("speedup.md", "speedup.png", "fps_vs_map50.png", "stages.png")}
     copies["notebooks/timings.json"] = "lab_timings.json"
@@ -87,10 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         if db is None:
             print(f"save_reference: step '{step}' has no profile under {src / 'profiles'}; no export kept")
             continue
-        with warnings.catch_warnings():  # a CPU-only run has no CUDA tables: nothing to warn about here
-            warnings.filterwarnings("ignore", message=".*no CUDA tables.*")
-            warnings.filterwarnings("ignore", message=".*no GPU activity.*")
-            rep = labkit.load_report(db)
+        rep = labkit.load_report(db)
         warm, batch = _config(rows, step, "warmup", 0), _config(rows, step, "batch_size", 1)
         target = dst / f"{step}.sqlite"
         target.unlink(missing_ok=True)

@@ -89,10 +89,28 @@ def test_sweep_records_a_failing_value_and_goes_on(clip, tmp_path):
     assert list(df["ok"]) == [False, True] and list(df["step"]) == ["batch0", "batch2"]
     assert df.loc[0, "error"] == "detect_video: error: --batch-size must be at least 1 (got 0)"
     assert pd.isna(df.loc[0, "fps"]) and df.loc[1, "fps"] > 0 and pd.isna(df.loc[1, "error"])
-    assert list(led.read()["step"]) == ["batch2"]  # a failure is not a measurement
+    rows = led.read()  # a failure is a ledger row with its status and reason, not a measurement
+    assert list(rows["step"]) == ["batch0", "batch2"] and list(rows["status"]) == ["failed", "ok"]
+    assert rows.loc[0, "reason"] == df.loc[0, "error"] and pd.isna(rows.loc[0, "fps"])
+    assert rows.loc[0, "config.batch_size"] == 0  # parsed from the argv: no config= given
+
     with pytest.raises(bench.BenchError, match="exited with status 2"):
         bench.sweep(_command(clip), "--batch-size", [0], step="b{value}", on_error="raise", repeats=1,
                     results_dir=tmp_path / "results", progress=False, timeout=300)
+
+
+def test_sweep_of_commands_built_from_options_records_them_as_given(clip, tmp_path):
+    """The lab's way: each value's argv built from an options dict (no argv editing); the ledger
+    keeps that dict as config (with the warm-up bench added) and the labels as top-level fields."""
+    led = Ledger(tmp_path / "ledger.jsonl")
+    base = _command(clip)
+    df = bench.sweep(lambda v: base + ["--batch-size", str(v)], "batch_size", [2], step="b{value}", repeats=1,
+                     warmup=2, results_dir=tmp_path / "results", ledger=led, progress=False, timeout=300,
+                     config={"device": "cpu"}, labels={"kind": "sweep", "builds_on": "baseline"})
+    assert list(df["ok"]) == [True]
+    row = led.rows()[-1]
+    assert row["config"] == {"device": "cpu", "batch_size": 2, "warmup": 2}
+    assert (row["step"], row["kind"], row["builds_on"], row["status"]) == ("b2", "sweep", "baseline", "ok")
 
 
 @pytest.mark.nsys

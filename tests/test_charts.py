@@ -77,3 +77,33 @@ def test_stage_bars_uses_latest_row_and_needs_stages(tmp_path):
     assert [t.get_text() for t in fig.axes[0].texts] == ["9.0 ms"]
     with pytest.raises(ValueError, match="no stage_ms"):
         charts.stage_bars(pd.DataFrame({"step": ["a"], "fps": [1.0]}))
+
+
+@pytest.mark.parametrize("title", [None, "Time per frame"])
+def test_stage_bars_legend_covers_no_title(ledger_frame, title):
+    """The legend sits below the panels (above them it covered the first panel's title)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = charts.stage_bars(ledger_frame, title=title)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # lay the figure out as savefig would
+    renderer = canvas.get_renderer()
+    legend = fig.legends[0].get_window_extent(renderer)
+    titles = [ax.title.get_window_extent(renderer) for ax in fig.axes]
+    if fig._suptitle is not None:
+        titles.append(fig._suptitle.get_window_extent(renderer))
+    assert titles and not any(legend.overlaps(t) for t in titles)
+    stages = [c.split(".", 1)[1] for c in ledger_frame.columns if c.startswith("stage_ms.")]
+    assert [t.get_text() for t in fig.legends[0].texts] == stages
+
+
+def test_tradeoff_labels_each_point():
+    from matplotlib.figure import Figure
+
+    f = pd.DataFrame({"fps": [1.0, 2.0], "latency_p50_ms": [10.0, 30.0], "batch_size": [1, 4]})
+    fig = charts.tradeoff(f, label="batch_size")
+    assert isinstance(fig, Figure)  # no pyplot state: nothing left open
+    assert [t.get_text() for t in fig.axes[0].texts] == ["batch_size 1", "batch_size 4"]
+    assert fig.axes[0].get_xlabel() == "throughput (frames/s)"
+    with pytest.raises(ValueError, match="no 'streams' column"):
+        charts.tradeoff(f, label="streams")

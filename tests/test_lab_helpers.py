@@ -1,4 +1,4 @@
-"""notebooks/lab.py, the lab's helper module: settings, command lines, steps, ledger look-ups."""
+"""labbook, the lab's helper package: settings, command lines, steps, outcomes, ledger look-ups."""
 from __future__ import annotations
 
 import math
@@ -9,26 +9,35 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "notebooks"))
-import lab  # noqa: E402
+import labbook as lab
+import labbook.app
+import labbook.display
+import labbook.outcome
+import labbook.reference
+import labbook.runs
+import labbook.settings
+from labkit import Ledger
 
-from labkit import Ledger  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 ENV = {"cpu": "Test CPU", "host": "test"}  # a fixed machine, so no fingerprint is computed
 
 
 @pytest.fixture
 def ledger(tmp_path, monkeypatch):
-    """An empty ledger in a temp folder, and no reference results."""
-    monkeypatch.setattr(lab, "LEDGER", tmp_path / "ledger.jsonl")
-    monkeypatch.setattr(lab, "REFERENCE", tmp_path / "reference" / "h100")
+    """An empty ledger in a temp folder, and no reference results (in every module that reads them)."""
+    for mod in (labbook.runs, labbook.reference, labbook.display):
+        monkeypatch.setattr(mod, "LEDGER", tmp_path / "ledger.jsonl")
+    for mod in (labbook.reference, labbook.outcome):
+        monkeypatch.setattr(mod, "REFERENCE", tmp_path / "reference" / "h100")
+    monkeypatch.setattr(labbook.runs, "RESULTS", tmp_path / "results")
     return Ledger(tmp_path / "ledger.jsonl")
 
 
 def add(led: Ledger, step: str, fps: float, **more) -> None:
     config = more.pop("config", {})
-    led.append({"step": step, "status": "ok", "env": more.pop("env", ENV), "config": config,
+    labels = {k: more.pop(k) for k in ("kind", "builds_on") if k in more}
+    led.append({**labels, "step": step, "status": "ok", "env": more.pop("env", ENV), "config": config,
                 "metrics": {"fps": fps, "latency_p50_ms": 1000 / fps, "repeats": 1, **more},
                 "paths": {"profile": more.pop("profile", None)}})
 
@@ -60,21 +69,34 @@ def test_app_command_turns_flags_into_options():
     s = lab.settings("small")
     assert cmd[:4] == [sys.executable, str(lab.APP), "--input", "clip.mp4"]
     rest = cmd[4:]
-    assert rest == ["--frames", str(s.frames), "--input-hw", s.input_hw, "--batch-size", "4", "--queues",
-                    "--no-osd", "--backend", "onnxruntime"]
-    assert "--warmup" not in cmd and "--results" not in cmd  # labkit.bench adds those
+    assert rest == ["--frames", str(s.frames), "--warmup", str(s.warmup), "--input-hw", s.input_hw,
+                    "--batch-size", "4", "--queues", "--no-osd", "--backend", "onnxruntime"]
+    assert "--results" not in cmd and "--output" not in cmd  # bench adds --results; no OSD: no video
 
 
-def test_app_command_keeps_an_explicit_input_size():
+def test_app_command_keeps_an_explicit_input_size_and_writes_its_video_under_reports():
     cmd = lab.app_command(video=Path("clip.mp4"), mode="small", input_hw="96x160")
     assert cmd.count("--input-hw") == 1 and cmd[cmd.index("--input-hw") + 1] == "96x160"
+    assert cmd[cmd.index("--output") + 1] == str(lab.REPORTS / "videos" / "clip.tracked.mp4")
+
+
+def test_app_options_are_what_bench_records():
+    opts = lab.app_options({"queues": True}, video=Path("clip.mp4"), mode="small")
+    s = lab.settings("small")
+    assert opts == {"input": "clip.mp4", "frames": s.frames, "warmup": s.warmup, "input_hw": s.input_hw,
+                    "output": str(lab.VIDEOS / "clip.tracked.mp4"), "queues": True}
+    assert lab.app_argv(opts) == lab.app_command(video=Path("clip.mp4"), mode="small", queues=True)
 
 
 # ----------------------------------------------------------------------------- steps
+def _flags_of(mode, gpu):
+    return {name: dict(st.flags) for name, st in lab.catalogue(mode, gpu=gpu).items()}
+
+
 @pytest.mark.parametrize("gpu", [False, True])
 def test_steps_build_on_each_other(gpu):
     s = lab.settings("full", gpu=gpu)
-    steps = lab.steps("full", gpu=gpu)
+    steps = _flags_of("full", gpu)
     names = list(steps)
     assert names[:3] == ["baseline", "queues", "no_osd"] and steps["baseline"] == {}
     batched = steps[f"batch{s.batch}"]
@@ -92,8 +114,31 @@ def test_steps_build_on_each_other(gpu):
                                                         "it needs a CUDA GPU and this machine has none")
 
 
+@pytest.mark.parametrize("gpu", [False, True])
+def test_each_step_keeps_the_flags_of_the_step_it_builds_on(gpu):
+    """Steps are data: every builds_on names an earlier step whose flags it keeps (one change
+    or more on top), and only the baseline builds on nothing."""
+    cat = lab.catalogue("full", gpu=gpu)
+    names = list(cat)
+    for name, st in cat.items():
+        assert st.kind in ("cumulative", "alternative", "sweep"), name
+        if name == "baseline":
+            assert st.builds_on is None and st.kind == "cumulative"
+            continue
+        base = cat[st.builds_on]
+        assert names.index(st.builds_on) < names.index(name), name
+        kept = {k: v for k, v in base.flags.items() if k not in ("batch_size", "precision")}
+        assert {**st.flags, **kept} == dict(st.flags) and st.flags != base.flags, name
+    assert [n for n, st in cat.items() if st.kind == "cumulative"] == ["baseline", "queues", "no_osd",
+                                                                       f"batch{lab.settings('full', gpu=gpu).batch}"]
+    with pytest.raises(TypeError):
+        cat["queues"].flags["osd"] = False  # read-only: lab.flags() hands out copies
+    with pytest.raises(ValueError, match="kind 'bonus'"):
+        lab.Step("x", {}, None, "bonus")
+
+
 def test_only_tensorrt_steps_are_profiled_from_the_first_frame():
-    steps = lab.steps("full", gpu=True)
+    steps = _flags_of("full", True)
     assert lab.capture_range(steps["tensorrt_fp16"]) == lab.capture_range(steps["tensorrt_int8"]) == "cudaProfilerApi"
     for name in ("baseline", "compile", "fp16", "fp16_cuda_graphs", "ort_int8"):
         assert lab.capture_range(steps[name]) is None, name  # set-up such as torch_compile stays visible
@@ -119,8 +164,8 @@ ROWS = (
 
 @pytest.fixture
 def cpu_only(monkeypatch):
-    monkeypatch.setattr(lab, "gpu_available", lambda: False)
-    monkeypatch.setattr(lab, "_backends", lambda: ROWS)
+    monkeypatch.setattr(labbook.app, "gpu_available", lambda: False)
+    monkeypatch.setattr(labbook.app, "_backends", lambda: ROWS)
 
 
 @pytest.mark.parametrize("flags, reason", [
@@ -138,14 +183,24 @@ def test_unavailable_says_why(cpu_only, flags, reason):
 
 
 def test_run_step_skips_what_cannot_run_without_running_it(cpu_only, ledger):
-    r = lab.run_step("fp16", device="cuda", precision="fp16")
-    assert isinstance(r, lab.Skipped) and not r.ok and math.isnan(r.fps) and r.profile is None
+    r = lab.run_step("fp16", **lab.flags("fp16"))
+    assert isinstance(r, lab.Outcome) and r.status == "skipped" and not r.ok and r.profile is None
+    assert (r.kind, r.builds_on) == ("alternative", "gpu_preprocess")
     assert str(r) == "Step 'fp16' was not run here: it needs a CUDA GPU and this machine has none."
     assert r._repr_markdown_().startswith("**Not run here.**")
-    assert not ledger.path.exists()
-    assert lab.report(r) is None
-    assert str(lab.kernels(r)).startswith("No profile")
-    assert isinstance(lab.sweep({"device": "cuda"}, "batch_size", [2], step="b{value}"), lab.Skipped)
+    row = Ledger(ledger.path).rows()[-1]  # a skipped step is a ledger row with its status and reason
+    assert {k: row[k] for k in ("step", "status", "reason", "kind", "builds_on")} == {
+        "step": "fp16", "status": "skipped", "reason": "it needs a CUDA GPU and this machine has none",
+        "kind": "alternative", "builds_on": "gpu_preprocess"}
+    assert lab.report(r) is None and lab.report("fp16") is None
+    assert lab.kernels(r).data.startswith("No profile")
+    assert lab.compare("fp16", "baseline").data.startswith("No comparison: step 'fp16' was not run here: it needs")
+    lab.run_step("fp16", predicted_speedup=1.18, finding="infer is 85% of the frame", **lab.flags("fp16"))
+    row = Ledger(ledger.path).rows()[-1]  # the prediction a step was run under rides on its row
+    assert (row["predicted_speedup"], row["finding"]) == (1.18, "infer is 85% of the frame")
+    swept = lab.sweep("gpu_preprocess", "batch_size", [2], step="b{value}")
+    assert swept.status == "skipped" and Ledger(ledger.path).rows()[-1]["step"] == "b2"
+    assert lab.speedup is not None and "fp16" not in set(lab.ledger().query("status == 'ok'")["step"])
 
 
 def test_device_of(cpu_only):
@@ -154,27 +209,15 @@ def test_device_of(cpu_only):
 
 
 # ----------------------------------------------------------------------------- small analyses
-def test_window_covers_count_periods_after_the_warmup():
-    infer = [("infer", 100 * i + 10, 100 * i + 60, i) for i in range(6)]
-    rep = _nvtx(infer + [("decode", 0, 10, 0)])
-    assert lab.window(rep, warmup=2, count=3) == (160, 460)
-    assert lab.window(rep, count=1) == (-40, 60)
-    one = _nvtx([("infer", 10, 60, 0)])
-    assert lab.window(one) == (10, 60)
-    with pytest.raises(ValueError, match="no 'infer' ranges"):
-        lab.window(rep, warmup=9)
-
-
-def test_compare_gives_ratio_and_noise():
-    old = SimpleNamespace(step="a", fps=10.0, spread=0.0, ok=True, metrics={"repeats": 1})
-    new = SimpleNamespace(step="b", fps=25.0, spread=0.04, ok=True, metrics={"repeats": 3})
-    text = lab.compare(new, old)
-    assert text == ("'b': 25.00 frames/s against 10.00 for 'a': 2.50x (150% faster); "
-                    "run-to-run spread of 'b' 4% over 3 runs.")
-    assert "slower" in lab.compare(old, new) and "no spread" in lab.compare(old, new)
-    same = SimpleNamespace(step="c", fps=10.02, spread=0.0, ok=True, metrics={"repeats": 1})
-    assert "1.00x (the same)" in lab.compare(same, old)
-    assert lab.compare(lab.Skipped("c", "no GPU"), old).startswith("No comparison: Step 'c' was not run")
+def test_compare_of_outcomes_and_step_names(ledger):
+    add(ledger, "a", 10.0)
+    add(ledger, "b", 25.0, spread=0.04, repeats=3)
+    assert lab.compare("b", "a").data == ("'b': 25.00 frames/s against 10.00 for 'a': 2.50x (150% faster); "
+                                          "run-to-run spread of 'b' 4% over 3 runs.")
+    skipped = lab.Outcome("c", "skipped", "no GPU")
+    assert lab.compare(skipped, "a").data == "No comparison: step 'c' was not run here: no GPU."
+    with pytest.raises(ValueError, match="status 'maybe'"):
+        lab.Outcome("c", "maybe")
 
 
 def test_best_picks_the_highest_metric():
@@ -208,8 +251,8 @@ def test_ledger_speedup_and_fastest(ledger):
     assert lab.fastest(["baseline", "queues", "int8"], accuracy_floor=0.7) == "queues"
     with pytest.raises(ValueError, match="run those steps first"):
         lab.fastest(["nothing"])
-    assert "'queues': 4.00 frames/s against 2.00 for 'baseline': 2.00x" in lab.compare("queues", "baseline")
-    assert "no row" in lab.compare("never_ran", "baseline")
+    assert "'queues': 4.00 frames/s against 2.00 for 'baseline': 2.00x" in lab.compare("queues", "baseline").data
+    assert "no row" in lab.compare("never_ran", "baseline").data
 
 
 def test_report_of_a_step_without_profile_says_so(ledger):
@@ -219,19 +262,19 @@ def test_report_of_a_step_without_profile_says_so(ledger):
 
 
 def test_reference_absent_then_present(ledger, tmp_path):
-    note = lab.reference_table()
-    assert isinstance(note, lab.Note) and note.startswith("No reference results yet")
-    assert lab.reference_rows(["baseline"]) == note
+    note = lab.reference_table().data
+    assert note.startswith("No reference results yet")
+    assert lab.reference_rows(["baseline"]).data == note
     assert "reference_configurations" not in note
-    assert lab.reference_configurations().startswith("No reference configurations")
-    configs = Ledger(lab.REFERENCE / "pipeline_table.jsonl")
+    assert lab.reference_configurations().data.startswith("No reference configurations")
+    configs = Ledger(labbook.reference.REFERENCE / "pipeline_table.jsonl")
     add(configs, "baseline", 50.0, env={"gpu": "NVIDIA H100"})
     add(configs, "all_s1", 500.0, env={"gpu": "NVIDIA H100"})
     assert lab.reference_configurations().speedup.loc["all_s1", "NVIDIA H100"] == 10.0
-    assert "`lab.reference_configurations()`" in lab.reference_table()
+    assert "`lab.reference_configurations()`" in lab.reference_table().data
     add(ledger, "baseline", 2.0)
     add(ledger, "queues", 3.0)
-    ref = Ledger(lab.REFERENCE / "ledger.jsonl")
+    ref = Ledger(labbook.reference.REFERENCE / "ledger.jsonl")
     add(ref, "baseline", 100.0, env={"gpu": "NVIDIA H100"})
     add(ref, "fp16", 400.0, env={"gpu": "NVIDIA H100"})
     assert "all_s1" not in lab.reference_table().speedup.index  # the configurations stay apart
@@ -240,7 +283,7 @@ def test_reference_absent_then_present(ledger, tmp_path):
     both = lab.speedup(reference=True)
     assert both.machines == ["CPU (Test CPU)", "NVIDIA H100"]
     assert lab.speedup().machines == ["CPU (Test CPU)"]
-    assert "see the reference results below" in str(lab.Skipped("fp16", "no GPU"))
+    assert "see the reference results below" in str(lab.Outcome("fp16", "skipped", "no GPU"))
 
 
 def test_table_columns_keeps_what_exists():
@@ -249,6 +292,9 @@ def test_table_columns_keeps_what_exists():
     swept = pd.DataFrame({"step": ["b2", "b64"], "fps": [3.0, math.nan], "error": [None, "out of memory"]})
     assert list(lab.table_columns(swept)) == ["step", "fps", "error"]
     assert list(lab.table_columns(swept.iloc[:1])) == ["step", "fps"]
+    skipped = pd.DataFrame({"step": ["a", "b"], "fps": [1.0, math.nan], "status": ["ok", "skipped"],
+                            "reason": [None, "no GPU"]})
+    assert list(lab.table_columns(skipped)) == ["step", "fps", "status", "reason"]
 
 
 # ----------------------------------------------------------------------------- video and figures
@@ -269,45 +315,17 @@ def test_sample_video_is_made_once_with_ground_truth(tmp_path):
         lab.show_frame(video, 10_000)
 
 
-def test_plot_tradeoff_labels_each_point():
-    f = pd.DataFrame({"fps": [1.0, 2.0], "latency_p50_ms": [10.0, 30.0], "batch_size": [1, 4]})
-    fig = lab.plot_tradeoff(f, label="batch_size")
-    texts = [t.get_text() for t in fig.axes[0].texts]
-    assert texts == ["batch_size 1", "batch_size 4"]
-    assert fig.axes[0].get_xlabel() == "throughput (frames/s)"
-
-
-def test_note_renders_as_markdown():
-    n = lab.Note("**bold**")
-    assert n == "**bold**" and n._repr_markdown_() == "**bold**"
-
-
-# ----------------------------------------------------------------------------- overlap
-def _nvtx(rows):
-    """A hand-built Report.nvtx-like frame: (name, start, end, payload) push/pop ranges."""
-    df = pd.DataFrame(rows, columns=["name", "start_ns", "end_ns", "payload"])
-    return SimpleNamespace(nvtx=df.assign(kind="push_pop", payload=df["payload"].astype("Int64")))
-
-
-def test_overlap_of_sequential_stages_is_none():
-    rep = _nvtx([("decode", 0, 10, 0), ("infer", 10, 40, 0), ("track", 40, 50, 0), ("decode", 60, 70, 1)])
-    o = lab.overlap(rep)
-    assert o == {"busy_ms": 60e-6, "stage_ms": 60e-6, "concurrency": 1.0, "overlap_frac": 0.0}
-
-
-def test_overlap_counts_time_with_two_stages_running():
-    # infer 0-100 on one thread; decode 20-40 and 60-80 on another; 'items' and non-stage ranges ignored
-    rep = _nvtx([("infer", 0, 100, 1), ("decode", 20, 40, 2), ("decode", 60, 80, 2),
-                 ("torch_compile", 0, 500, pd.NA), ("decode", 500, 900, 0)])
-    o = lab.overlap(rep, warmup=1)
-    assert o["busy_ms"] == pytest.approx(100e-6) and o["stage_ms"] == pytest.approx(140e-6)
-    assert o["concurrency"] == pytest.approx(1.4) and o["overlap_frac"] == pytest.approx(0.4)
-    assert math.isnan(lab.overlap(_nvtx([("other", 0, 1, 0)]))["concurrency"])
+def test_say_renders_as_markdown_and_tables_show_numbers_plainly():
+    n = lab.say("**bold**")
+    assert n.data == "**bold**" and n._repr_markdown_() == "**bold**"
+    assert pd.get_option("display.max_colwidth") is None  # doctor's fix text in full
+    shown = pd.DataFrame({"total_ns": [12345678.0, 3.0], "share": [0.99326855, 1.5e-6]}).to_string()
+    assert "12,345,678" in shown and "0.9933" in shown and "e+" not in shown
 
 
 def test_both_machines_needs_the_reference(ledger):
     add(ledger, "baseline", 2.0)
-    assert lab.both_machines().startswith("No reference results yet")
+    assert lab.both_machines().data.startswith("No reference results yet")
 
 
 # ----------------------------------------------------------------------------- real reports
@@ -319,7 +337,7 @@ def test_reading_a_real_cpu_report():
     rep = lab.report(run)
     r = lab.ranges(run, ["infer", "decode", "nonexistent"])
     assert sorted(r["name"]) == ["decode", "infer"] and list(r["instances"]) == [6, 6]
-    assert lab.kernels(run) == "No GPU kernels in this profile: the run used the CPU only."
+    assert lab.kernels(run).data == "No GPU kernels in this profile: the run used the CPU only."
     o = lab.overlap(rep)
     assert o["concurrency"] > 1.0 and 0 < o["overlap_frac"] < 1  # decoder and worker threads overlap
     start, end = lab.window(rep, warmup=1, count=2)
@@ -350,48 +368,56 @@ def test_copies_of_a_real_gpu_pipeline_after_warmup():
     assert every.loc[("Host-to-Device", "Pinned"), "copies"] == 6
     assert every["ms"].sum() == pytest.approx(m.loc[m["bytes"].isin([2764800, 9600]), "duration_ns"].sum() / 1e6)
     cpu = SimpleNamespace(profile=FIXTURES / "annotated.nsys2022.4.sqlite", config={"batch_size": 1})
-    assert lab.copies(cpu).startswith("No host-device copies")
+    assert lab.copies(cpu).data.startswith("No host-device copies")
     assert list(lab.report(cpu).copy_table().columns) == ["kind", "host", "copies", "mb", "kb_per_copy", "ms"]
-    assert lab.copies(lab.Skipped("gpu_preprocess", "no GPU")).startswith("No profile")
-
-
-def test_app_env_sets_passive_openmp_and_the_reports_folder():
-    env = lab.app_env()
-    assert env == {"OMP_WAIT_POLICY": "PASSIVE", "LABKIT_REPORTS": str(lab.REPORTS)}
+    assert lab.copies(lab.Outcome("gpu_preprocess", "skipped", "no GPU")).data.startswith("No profile")
 
 
 # ----------------------------------------------------------------------------- failed steps
-def test_a_failing_step_is_reported_and_the_notebook_goes_on(ledger, tmp_path, monkeypatch):
-    """A real run that fails (the application rejects --batch-size 0): a Failed, no ledger row;
-    under LABKIT_STRICT the error is raised. run_lab finds the failure in a cell's output."""
-    from labkit.bench import BenchError
+def test_a_failing_step_is_a_ledger_row_and_the_notebook_goes_on(ledger, monkeypatch):
+    """A real run that fails (the application rejects --batch-size 0): a failed Outcome and a
+    failed ledger row with the application's error line; under LABKIT_STRICT the error is
+    raised. run_lab finds the failure in the ledger, not in the cells' text."""
+    import pandas as pd
 
-    monkeypatch.setattr(lab, "RESULTS", tmp_path / "results")
-    monkeypatch.delenv("LABKIT_STRICT", raising=False)
-    r = lab.run_step("broken", profile=False, mode="small", batch_size=0, device="cpu")
-    assert isinstance(r, lab.Failed) and not r.ok and r.profile is None
-    assert r.reason == "detect_video: error: --batch-size must be at least 1 (got 0)"
-    assert str(r) == "Step 'broken' failed here: detect_video: error: --batch-size must be at least 1 (got 0)"
-    assert lab.compare(r, "baseline").startswith("No comparison: Step 'broken' failed here")
-    assert len(lab.ledger()) == 0
-    with pytest.raises(ValueError, match="Step 'broken' failed here: .* no profile to analyse"):
-        lab.report(r)  # a cell that needs the profile stops, naming the failed step
-    assert lab.kernels(r).startswith("No profile: Step 'broken' failed here")
-    assert lab.copies(r).startswith("No profile") and lab.ranges(r, ["infer"]).startswith("No profile")
-    monkeypatch.setenv("LABKIT_STRICT", "1")
-    with pytest.raises(BenchError, match="exited with status 2"):
-        lab.run_step("broken", profile=False, mode="small", batch_size=0, device="cpu")
+    from labkit.bench import BenchError
 
     sys.path.insert(0, str(ROOT / "scripts"))
     from run_lab import failures
 
-    nb = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "stream", "text": [str(r) + "\n"]}]},
-                    {"cell_type": "code", "outputs": [{"output_type": "execute_result",
-                                                       "data": {"text/markdown": r._repr_markdown_()}}]},
-                    {"cell_type": "markdown"}]}
-    assert failures(nb) == {"broken": "detect_video: error: --batch-size must be at least 1 (got 0)"}
-    assert failures({"cells": [{"cell_type": "code", "outputs": [{"output_type": "stream", "text": "ok"}]}]}) == {}
-    note = lab.compare(r, "baseline")  # the plain-text repr of a Note quotes it
-    plain = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "execute_result",
-                                                          "data": {"text/plain": repr(str(note))}}]}]}
-    assert failures(plain) == {"broken": "detect_video: error: --batch-size must be at least 1 (got 0)"}
+    why = "detect_video: error: --batch-size must be at least 1 (got 0)"
+    since = pd.Timestamp.now(tz="UTC")
+    monkeypatch.delenv("LABKIT_STRICT", raising=False)
+    r = lab.run_step("broken", profile=False, mode="small", batch_size=0, device="cpu")
+    assert r.status == "failed" and not r.ok and r.profile is None and r.kind == "exercise"
+    assert r.reason == why and str(r) == f"Step 'broken' failed here: {why}"
+    row = ledger.rows()[-1]
+    assert (row["step"], row["status"], row["reason"], row["config"]["batch_size"]) == ("broken", "failed", why, 0)
+    assert lab.compare(r, "baseline").data == f"No comparison: step 'broken' failed here: {why}."
+    assert lab.compare("broken", "baseline").data == lab.compare(r, "baseline").data
+    with pytest.raises(ValueError, match="Step 'broken' failed here: .* no profile to analyse"):
+        lab.report(r)  # a cell that needs the profile stops, naming the failed step
+    with pytest.raises(ValueError, match="Step 'broken' failed here"):
+        lab.report("broken")
+    assert lab.kernels(r).data.startswith("No profile: Step 'broken' failed here")
+    assert lab.copies(r).data.startswith("No profile") and lab.ranges(r, ["infer"]).data.startswith("No profile")
+    assert failures(ledger.path, since) == {"broken": why}
+    assert failures(ledger.path, pd.Timestamp.now(tz="UTC")) == {}  # rows of earlier runs are not this run's
+    add(ledger, "broken", 3.0)  # fixed and run again: no longer failed
+    assert failures(ledger.path, since) == {}
+    monkeypatch.setenv("LABKIT_STRICT", "1")
+    with pytest.raises(BenchError, match="exited with status 2"):
+        lab.run_step("broken", profile=False, mode="small", batch_size=0, device="cpu")
+
+
+def test_exercise_runs_stay_out_of_the_lab_table(ledger):
+    """Steps the catalogue lacks are exercises: in the ledger with kind 'exercise', out of the
+    speed-up table unless asked for; the table says what each step builds on."""
+    add(ledger, "baseline", 2.0, kind="cumulative")
+    add(ledger, "queues", 4.0, kind="cumulative", builds_on="baseline")
+    add(ledger, "baseline_omp_active", 0.5, kind="exercise")
+    t = lab.speedup()
+    assert list(t.speedup.index) == ["baseline", "queues"]
+    assert t.steps.loc["queues", "builds_on"] == "baseline" and t.over_builds_on.iloc[:, 0]["queues"] == 2.0
+    assert "baseline_omp_active" in lab.speedup(exercises=True).speedup.index
+    assert list(lab.jumps(t).index) == ["queues"]

@@ -132,3 +132,17 @@ def test_read_machine_column(tmp_path):
     led.append({"step": "a", "env": {"gpu": None, "cpu": "Xeon"}})
     assert led.read()["machine"].tolist() == ["NVIDIA H100", "CPU (Xeon)"]
     assert isinstance(led.read(), pd.DataFrame)
+
+
+def test_a_step_that_did_not_run_is_a_row_with_its_status_and_reason(tmp_path):
+    from labkit.ledger import not_run
+
+    led = Ledger(tmp_path / "ledger.jsonl")
+    led.append({**not_run("fp16", status="skipped", reason="no GPU", config={"precision": "fp16"},
+                          labels={"kind": "alternative", "builds_on": "gpu_preprocess"}), "env": {"cpu": "x"}})
+    row = led.read().iloc[0]
+    assert (row["step"], row["status"], row["reason"], row["kind"], row["builds_on"]) == (
+        "fp16", "skipped", "no GPU", "alternative", "gpu_preprocess")
+    assert row["config.precision"] == "fp16" and "fps" not in led.read().columns
+    with pytest.raises(ValueError, match="'skipped' or 'failed'"):
+        not_run("fp16", status="ok", reason="")

@@ -45,8 +45,10 @@ def test_exit_status_and_files(table_run):
     assert all(f"| {name} " in md for name in CONFIGS)
     assert "of_decode_only" in md
     assert md in r.stdout  # the table is printed too
-    # only the baseline draws and writes a video: under $LABKIT_REPORTS, never in the repository
-    assert sorted(p.name for p in (tmp / "reports").iterdir()) == ["clip.tracked.mp4"]
+    # only the baseline draws and writes a video: under --out (passed as --output), never in the
+    # repository, nor where $LABKIT_REPORTS points
+    assert sorted(p.name for p in out.glob("*.mp4")) == ["clip.tracked.mp4"]
+    assert not (tmp / "reports").exists()
 
 
 def test_csv_rows_speedup_and_ceiling(table_run):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pandas as pd
 import pytest
@@ -136,3 +137,73 @@ def test_flagged_rows_are_left_out_with_a_warning(tmp_path):
     with pytest.warns(SpeedupWarning, match=r"1 flagged ledger row\(s\) left out \(fp16 on NVIDIA H100 80GB HBM3\)"):
         t = speedup_table(led.path)
     assert t.speedup[GPU_LABEL].tolist() == [1.0, 2.0]  # the earlier, ok fp16 row
+
+
+# ----------------------------------------------------------------------------- builds_on, exercises (real ledgers)
+from pathlib import Path  # noqa: E402
+
+from labkit.tables import compare  # noqa: E402
+
+XEON_LABEL = "CPU (Intel(R) Xeon(R) Processor)"
+CPU_REF = Path(__file__).resolve().parents[1] / "reports" / "reference" / "cpu-2core" / "ledger.reference.jsonl"
+# what each step of that lab run built on (notebooks 02-06; interval steps on ort_fp32, its fastest)
+CPU_BUILDS_ON = {"queues": "baseline", "no_osd": "queues", "batch2": "no_osd", "batch8": "no_osd",
+                 "batch4": "no_osd", "streams2": "batch4", "channels_last": "batch4", "compile": "batch4",
+                 "ort_fp32": "batch4", "ort_int8": "ort_fp32", "interval2": "ort_fp32", "interval5": "ort_fp32",
+                 "interval3": "ort_fp32"}
+
+
+def test_speedup_over_the_step_each_builds_on_in_the_cpu_reference():
+    t = speedup_table(CPU_REF, builds_on=CPU_BUILDS_ON)
+    fps = Ledger(CPU_REF).read().set_index("step")["fps"]
+    over = t.over_builds_on.iloc[:, 0]
+    for step, base in CPU_BUILDS_ON.items():
+        assert over[step] == pytest.approx(fps[step] / fps[base]), step
+    assert math.isnan(over["baseline"]) and t.steps.loc["baseline", "builds_on"] is None
+    assert round(over["queues"], 2) == 0.95  # README: queues 0.95x
+    assert t.speedup.iloc[:, 0]["interval3"] == pytest.approx(fps["interval3"] / fps["baseline"])
+    md = [[cell.strip() for cell in line.split("|")[1:-1]] for line in t.to_markdown().splitlines()]
+    assert md[0][:5] == ["step", "kind", "builds_on", f"speed-up ({XEON_LABEL})", f"over builds_on ({XEON_LABEL})"]
+    assert md[3][:5] == ["queues", "", "baseline", "0.95x", "0.95x"]
+
+
+def test_alternatives_are_grouped_under_the_step_they_build_on():
+    kinds = {s: "alternative" for s in ("channels_last", "compile", "ort_fp32", "ort_int8")}
+    kinds.update({s: "sweep" for s in ("batch2", "batch8", "streams2", "interval2", "interval5")})
+    df = Ledger(CPU_REF).read()
+    df["kind"] = df["step"].map(kinds).fillna("cumulative")
+    t = speedup_table(df, builds_on=CPU_BUILDS_ON)
+    assert list(t.speedup.index) == [
+        "baseline", "queues", "no_osd", "batch2", "batch8", "batch4", "streams2", "channels_last", "compile",
+        "ort_fp32", "ort_int8", "interval2", "interval5", "interval3"]
+    assert list(t.frame.columns[:2]) == ["kind", "builds_on"] and t.frame.loc["ort_int8", "kind"] == "alternative"
+
+
+def test_exercise_rows_are_left_out_unless_asked(tmp_path, capsys):
+    led = Ledger(tmp_path / "ledger.jsonl")
+    for row in Ledger(CPU_REF).rows()[:2]:
+        led.append({k: v for k, v in row.items() if k not in ("ledger", "line")})
+    ex = {**Ledger(CPU_REF).rows()[0], "step": "baseline_omp_active", "kind": "exercise"}
+    led.append({k: v for k, v in ex.items() if k not in ("ledger", "line")})
+    led.append({"step": "fp16", "status": "skipped", "reason": "no GPU", "env": XEON})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SpeedupWarning)  # skipped rows are left out quietly
+        t = speedup_table(tmp_path)
+    assert list(t.speedup.index) == ["baseline", "queues"] and not t.has_builds_on
+    assert "baseline_omp_active" in speedup_table(tmp_path, exercises=True).speedup.index
+    assert cli_table([str(tmp_path)]) == 0 and "baseline_omp_active" not in capsys.readouterr().out
+    assert cli_table([str(tmp_path), "--exercises"]) == 0 and "baseline_omp_active" in capsys.readouterr().out
+
+
+def test_compare_rows_of_a_real_ledger():
+    rows = Ledger(CPU_REF).read().set_index("step", drop=False)
+    text = compare(rows.loc["ort_fp32"], rows.loc["batch4"])
+    ratio = rows.loc["ort_fp32", "fps"] / rows.loc["batch4", "fps"]
+    assert text.startswith(f"'ort_fp32': {rows.loc['ort_fp32', 'fps']:.2f} frames/s against "
+                           f"{rows.loc['batch4', 'fps']:.2f} for 'batch4': {ratio:.2f}x ({ratio - 1:.0%} faster); ")
+    assert "over 3 runs" in text
+    assert "slower" in compare(rows.loc["batch4"], rows.loc["ort_fp32"])
+    failed = {"step": "fp16", "status": "failed", "reason": "out of memory", "fps": math.nan}
+    assert compare(failed, rows.loc["baseline"]) == "No comparison: step 'fp16' failed here: out of memory."
+    lat = compare(rows.loc["batch4"], rows.loc["baseline"], metric="latency_p50_ms")
+    assert "latency_p50_ms" in lat and "x (" in lat

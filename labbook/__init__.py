@@ -1,0 +1,38 @@
+"""The lab's helper package, imported by every notebook as ``import labbook as lab``.
+
+It holds what every notebook needs and no lesson; each module has one job:
+
+- ``settings``: run modes and their sizes, the lab's locations (``REPORTS``, ``LEDGER``, ...);
+- ``video``: the sample clip, its frames and ground truth;
+- ``steps``: the step catalogue as data (flags, ``builds_on``, kind);
+- ``app``: the application's options and argv (built in one place), what this machine can run;
+- ``outcome``: ``Outcome``, the one result of a step (ok / skipped / failed);
+- ``runs``: ``run_step`` and ``sweep`` (over ``labkit.bench``), ledger rows with a status;
+- ``reference``: this machine's ledger and table, and the reference machine's;
+- ``display``: reports, comparisons and columns shown in the notebooks; ``text``: sentences
+  (``say``) and pandas display settings, applied on import (cells in full, no ``1e+07``).
+"""
+from labbook.app import app_argv, app_command, app_options, backends, capture_range, device_of, unavailable
+from labbook.display import (best, compare, copies, jumps, kernels, overlap, ranges, report, table_columns,
+                             warmup_batches, window)
+from labbook.outcome import Outcome
+from labbook.reference import (both_machines, fastest, ledger, reference_configurations, reference_rows,
+                               reference_table, speedup)
+from labbook.runs import run_step, sweep
+from labbook.settings import (APP, DATA, LEDGER, MODE, MODES, PROFILES, REFERENCE, REPORTS, RESULTS, ROOT, SETTINGS,
+                              STAGES, VIDEOS, Settings, gpu_available, settings)
+from labbook.steps import Step, builds_on_map, catalogue, flags
+from labbook.text import configure_pandas, say
+from labbook.video import ground_truth, sample_video, show_frame, video_info
+
+configure_pandas()  # the notebooks' tables: full text, integers as integers
+
+__all__ = [
+    "APP", "DATA", "LEDGER", "MODE", "MODES", "PROFILES", "REFERENCE", "REPORTS", "RESULTS", "ROOT", "SETTINGS",
+    "STAGES", "VIDEOS", "Settings", "gpu_available", "settings", "sample_video", "video_info", "ground_truth",
+    "show_frame", "Step", "catalogue", "flags", "builds_on_map", "app_options", "app_argv", "app_command",
+    "backends", "device_of", "unavailable", "capture_range", "Outcome", "run_step", "sweep", "ledger", "speedup",
+    "reference_table", "reference_configurations", "both_machines", "reference_rows", "fastest", "report",
+    "kernels", "copies", "ranges", "overlap", "window", "warmup_batches", "compare", "best", "table_columns",
+    "jumps", "say", "configure_pandas",
+]

@@ -1,0 +1,138 @@
+"""What the notebooks show of a step: its report, kernels, copies and ranges, comparisons, and
+the columns worth showing; a sentence (``say``) where there is nothing to show, and why.
+
+The report analyses are called as ``Report`` methods here, each once (``stage_overlap``,
+``steady_window``, ``kernel_summary``, ``copy_table``, ``nvtx_summary``).
+"""
+from __future__ import annotations
+
+import math
+
+import labkit
+from labkit.tables import compare as compare_rows
+
+from labbook.outcome import Outcome
+from labbook.reference import ledger
+from labbook.settings import LEDGER, MODE, STAGES, settings
+from labbook.text import say
+
+
+def _row_of(x) -> dict:
+    """The figures of an Outcome, or of a step name's latest ledger row."""
+    if isinstance(x, Outcome):
+        return x.row()
+    rows = ledger([x])
+    if len(rows) == 0:
+        return {"step": x, "status": "skipped", "reason": f"it has no row in {LEDGER} yet (run its notebook first)"}
+    return rows.iloc[-1].to_dict()
+
+
+def compare(new, old):
+    """One sentence: throughput of ``new`` against ``old`` (each an Outcome or a step name),
+    ``labkit.tables.compare``."""
+    return say(compare_rows(_row_of(new), _row_of(old)))
+
+
+def report(x):
+    """The Nsight Systems report of a step's profiled run: ``x`` is an Outcome, a step name (its
+    latest ledger row) or anything with a ``profile`` path. None for a skipped step; a failed
+    step, or one without a profile, raises ValueError naming it."""
+    if isinstance(x, Outcome) and x.status == "skipped":
+        return None
+    if isinstance(x, Outcome) and x.status == "failed":
+        raise ValueError(f"{x}. It has no profile to analyse: fix the error and run that step again.")
+    path = getattr(x, "profile", None)
+    if isinstance(x, str):
+        row = _row_of(x)
+        if row.get("status") in ("skipped", "failed"):
+            return report(Outcome(x, row["status"], str(row.get("reason"))))
+        path = row.get("paths.profile")
+        if not isinstance(path, str):
+            raise ValueError(f"no profiled '{x}' row in {LEDGER}: run that step first")
+    return None if path is None else labkit.load_report(path)
+
+
+def _report_or_why(x):
+    """The step's report, or a sentence saying why there is none (skipped, failed, not profiled)."""
+    rep = report(x) if not (isinstance(x, Outcome) and x.status != "ok") else None
+    return rep if rep is not None else say(f"No profile: {x}")
+
+
+def kernels(x, n: int = 10):
+    """The ``n`` GPU kernels with the most total time in a step's profile, or a sentence."""
+    rep = _report_or_why(x)
+    if not isinstance(rep, labkit.Report):
+        return rep
+    k = rep.kernel_summary()
+    return k.head(n) if len(k) else say("No GPU kernels in this profile: the run used the CPU only.")
+
+
+def copies(x, mode: str = MODE):
+    """Host-device memory copies of a step's profiled run after warm-up, per direction and kind
+    of host memory (``Report.copy_table``: copies, MB, KB per copy, ms), or a sentence. A copy
+    from pageable host memory makes the calling thread wait (``Report.pageable_copies``)."""
+    rep = _report_or_why(x)
+    if not isinstance(rep, labkit.Report):
+        return rep
+    out = rep.copy_table(warmup=warmup_batches(x, mode))
+    return out.round(3) if len(out) else say("No host-device copies after warm-up in this profile: "
+                                             "the run used the CPU only.")
+
+
+def ranges(x, names):
+    """NVTX summary rows (name, instances, total_ns, avg_ns) of the range ``names`` in a step's
+    profile, or a sentence when the step did not run."""
+    rep = _report_or_why(x)
+    if not isinstance(rep, labkit.Report):
+        return rep
+    s = rep.nvtx_summary()
+    return s[s["name"].isin(list(names))][["name", "instances", "total_ns", "avg_ns"]].reset_index(drop=True)
+
+
+def overlap(rep, *, warmup: int = 0) -> dict:
+    """How much the pipeline's stages ran at the same time (``Report.stage_overlap`` over the
+    six stages), batches below ``warmup`` left out."""
+    return rep.stage_overlap(STAGES, warmup=warmup)
+
+
+def window(rep, *, warmup: int = 0, count: int = 3, stage: str = "infer") -> tuple[int, int]:
+    """A timeline window ``count`` batches wide in steady state (``Report.steady_window``)."""
+    return rep.steady_window(stage=stage, warmup=warmup, count=count)
+
+
+def warmup_batches(x, mode: str = MODE) -> int:
+    """Batches at the start of a step's runs that were warm-up (left out of analyses); ``x``
+    is an Outcome, a step name (its latest ledger row), or anything with a ``config``."""
+    if isinstance(x, str):
+        batch = _row_of(x).get("config.batch_size", 1)
+    else:
+        batch = getattr(x, "config", {}).get("batch_size", 1)
+    batch = int(batch) if batch == batch and batch else 1
+    return math.ceil(settings(mode).warmup / batch)
+
+
+def best(frame, option: str, metric: str = "fps"):
+    """The value of ``option`` with the highest ``metric`` in a sweep or ledger frame."""
+    f = frame.dropna(subset=[metric])
+    if len(f) == 0:
+        raise ValueError(f"no row has a {metric!r} value")
+    return f.loc[f[metric].idxmax(), option]
+
+
+def table_columns(frame, *extra: str):
+    """The columns of a ledger or sweep frame worth showing: step, fps, latency, accuracy, and
+    why a step did not run (``status``, ``reason``, a sweep's ``error``) where one did not."""
+    cols = ["step", *extra, "fps", "spread", "latency_p50_ms", "latency_p99_ms", "map50", "mota"]
+    for why in ("error", "reason"):
+        if why in frame.columns and frame[why].notna().any():
+            cols += ["status", why] if why == "reason" else [why]
+    return frame[[c for c in dict.fromkeys(cols) if c in frame.columns]]
+
+
+def jumps(table):
+    """Speed-up of each step over the step it builds on, on this machine (the table's first
+    column), largest first; steps whose base is unknown or did not run are left out."""
+    col = table.over_builds_on.columns[0] if len(table.over_builds_on.columns) else None
+    if col is None:
+        raise ValueError("the table has no builds_on column: its rows do not say what each step builds on")
+    return table.over_builds_on[col].dropna().sort_values(ascending=False)

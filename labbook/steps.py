@@ -1,0 +1,92 @@
+"""The lab's steps as data: each step's flags, the step it builds on, and its kind.
+
+Kinds (``labkit.ledger.KINDS``): ``cumulative`` (the main path: keeps every change before it),
+``alternative`` (built on a step, not built on by the main path), ``sweep`` (one value of a swept
+option) and ``exercise`` (a participant's own run: never in the lab's table). A step name that is
+not in :func:`catalogue` is an exercise unless its caller says otherwise.
+
+This catalogue is the lab's cumulative path; ``benchmarks/pipeline_table.py``'s
+``single_changes`` is a different catalogue (each change alone on the baseline) with a home of its own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from labkit.ledger import KINDS
+
+from labbook.settings import MODE, settings
+
+
+@dataclass(frozen=True)
+class Step:
+    """One lab step: ``detect_video.py`` flags (snake case), what it builds on, its kind."""
+
+    name: str
+    flags: Mapping = field(default_factory=dict)
+    builds_on: str | None = None
+    kind: str = "cumulative"
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"step {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
+        object.__setattr__(self, "flags", MappingProxyType(dict(self.flags)))  # read-only: flags() copies
+
+    def labels(self) -> dict:
+        """The ledger fields that say what this step is."""
+        return {"kind": self.kind, "builds_on": self.builds_on}
+
+
+def catalogue(mode: str = MODE, gpu: bool | None = None) -> dict[str, Step]:
+    """Every step of the lab in order: name -> :class:`Step`.
+
+    The main path keeps each change: queues, no OSD, batching. channels_last, compile, ONNX
+    Runtime and GPU preprocessing are alternatives built on the batched pipeline; the GPU steps
+    (fp16, CUDA graphs, TensorRT) build on ``gpu_preprocess``; the INT8 steps on their FP32/FP16
+    counterparts. The interval steps (notebook 06) build on whichever step was fastest, so
+    notebook 06 names what they build on when it runs them.
+    """
+    s = settings(mode, gpu)
+    batch = f"batch{s.batch}"
+    batched = {"queues": True, "osd": False, "batch_size": s.batch}
+    on_gpu = {**batched, "device": "cuda", "gpu_preprocess": True}  # the GPU steps build on this
+    ort = {**batched, "device": "cpu", "backend": "onnxruntime"}
+    trt = {**on_gpu, "backend": "tensorrt", "precision": "fp16"}
+    steps = [
+        Step("baseline", {}, None),
+        Step("queues", {"queues": True}, "baseline"),
+        Step("no_osd", {"queues": True, "osd": False}, "queues"),
+        *(Step(f"batch{b}", {**batched, "batch_size": b}, "no_osd", "sweep") for b in s.batch_sizes),
+        Step(batch, batched, "no_osd"),
+        *(Step(f"streams{n}", {**batched, "streams": n}, batch, "sweep") for n in s.streams),
+        Step("channels_last", {**batched, "channels_last": True}, batch, "alternative"),
+        Step("compile", {**batched, "compile": True}, batch, "alternative"),
+        Step("gpu_preprocess", on_gpu, batch, "alternative"),
+        Step("fp16", {**on_gpu, "precision": "fp16"}, "gpu_preprocess", "alternative"),
+        Step("fp16_cuda_graphs", {**on_gpu, "precision": "fp16", "cuda_graphs": True}, "fp16", "alternative"),
+        Step("tensorrt_fp16", trt, "gpu_preprocess", "alternative"),
+        Step("ort_fp32", ort, batch, "alternative"),
+        Step("ort_int8", {**ort, "precision": "int8"}, "ort_fp32", "alternative"),
+        Step("tensorrt_int8", {**trt, "precision": "int8"}, "tensorrt_fp16", "alternative"),
+    ]
+    return {st.name: st for st in steps}
+
+
+def flags(step: str, mode: str = MODE) -> dict:
+    """The flags of one step (a copy: change it freely)."""
+    return dict(catalogue(mode)[step].flags)
+
+
+def builds_on_map(mode: str = MODE) -> dict[str, str]:
+    """step -> the step it builds on, for every catalogue step that builds on one."""
+    return {name: st.builds_on for name, st in catalogue(mode).items() if st.builds_on}
+
+
+def step_of(name: str, *, kind: str | None = None, builds_on: str | None = None, mode: str = MODE,
+            default_kind: str = "exercise") -> Step:
+    """The catalogue's step ``name``, with ``kind``/``builds_on`` overriding it when given; a
+    name the catalogue lacks is a step of ``default_kind`` (flags come from the caller)."""
+    known = catalogue(mode).get(name)
+    return Step(name, known.flags if known else {}, builds_on or (known.builds_on if known else None),
+                kind or (known.kind if known else default_kind))

@@ -1,0 +1,68 @@
+"""The lab's sample video: made once with the scene generator, its frames and ground truth."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from labbook.settings import DATA, MODE, settings
+
+
+def sample_video(mode: str = MODE, *, folder: Path = DATA) -> Path:
+    """The lab's sample clip (written on first use with the scene generator, then reused).
+
+    Returns the ``.mp4``; its ground truth ``<stem>.gt.csv`` lies beside it.
+    """
+    from source_code.scenes import SceneConfig, gt_path_for, make_video
+
+    s = settings(mode)
+    w, h = s.video_size
+    video = Path(folder) / ("sample.mp4" if mode == "full" else f"sample_{mode}.mp4")
+    if video.exists() and gt_path_for(video).exists():
+        return video
+    video.parent.mkdir(parents=True, exist_ok=True)
+    make_video(video, seconds=s.video_seconds, config=SceneConfig(seed=s.seed, width=w, height=h))
+    return video
+
+
+def video_info(video: Path) -> dict:
+    """Frame count, frames per second and size of a video, as OpenCV reads them."""
+    import cv2
+
+    cap = cv2.VideoCapture(str(video))
+    try:
+        return {"frames": int(cap.get(cv2.CAP_PROP_FRAME_COUNT)), "fps": float(cap.get(cv2.CAP_PROP_FPS)),
+                "width": int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), "height": int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))}
+    finally:
+        cap.release()
+
+
+def ground_truth(video: Path) -> dict:
+    """``{frame: array (K, 6) [x1, y1, x2, y2, class_id, track_id]}`` of a generated clip."""
+    from source_code.scenes import gt_path_for, read_gt
+
+    return read_gt(gt_path_for(video))
+
+
+def show_frame(video: Path, index: int = 0):
+    """One frame of ``video`` with its ground-truth boxes drawn (a matplotlib Figure)."""
+    import cv2
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+
+    from source_code.scenes import CLASS_NAMES
+
+    cap = cv2.VideoCapture(str(video))
+    cap.set(cv2.CAP_PROP_POS_FRAMES, index)
+    ok, frame = cap.read()
+    cap.release()
+    if not ok:
+        raise ValueError(f"{video} has no frame {index}")
+    fig = Figure(figsize=(9, 9 * frame.shape[0] / frame.shape[1]), layout="constrained")
+    ax = fig.subplots()
+    ax.imshow(frame[:, :, ::-1])
+    colors = ("tab:orange", "tab:cyan")
+    for x1, y1, x2, y2, cls, tid in ground_truth(video).get(index, []):
+        ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, lw=1.5, color=colors[int(cls) % 2]))
+        ax.text(x1, y1 - 2, f"{int(tid)} {CLASS_NAMES[int(cls)]}", color=colors[int(cls) % 2], fontsize=7)
+    ax.set_axis_off()
+    ax.set_title(f"{Path(video).name}, frame {index}: ground truth", fontsize=9)
+    return fig

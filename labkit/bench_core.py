@@ -1,0 +1,429 @@
+"""What every benchmark run shares: the results-file reader, the Result, errors, one run of the
+application as a subprocess, and the summary (medians, spread) of its repeats.
+
+``labkit.bench`` is the public face (``run``, ``sweep``, ``run_parallel``); this module holds the
+parts they share, so that each runner stays short.
+
+Results file fields read (top level; ``"status"`` must be ``"ok"``), see :data:`RESULT_FIELDS`:
+``fps``, ``latency_ms.p50``/``latency_ms.p99`` (or ``latency_p50_ms``/``latency_p99_ms``),
+``frames``, ``stage_ms`` (``{stage: ms per frame}``) and accuracy ``map50``, ``mota``,
+``idf1``, ``hota`` (top level or under ``accuracy``). Missing fields are NaN.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from labkit.env import reports_dir
+from labkit.errors import LabkitError, output_tail
+from labkit.ledger import Ledger
+
+RESULT_FIELDS: dict[str, tuple[str, ...]] = {
+    "fps": ("fps", "throughput_fps", "metrics.fps"),
+    "latency_p50_ms": ("latency_ms.p50", "latency_p50_ms", "metrics.latency_p50_ms"),
+    "latency_p99_ms": ("latency_ms.p99", "latency_p99_ms", "metrics.latency_p99_ms"),
+    "frames": ("frames", "measured_frames", "metrics.frames"),
+    "map50": ("map50", "accuracy.map50", "metrics.map50"),
+    "mota": ("mota", "accuracy.mota", "metrics.mota"),
+    "idf1": ("idf1", "accuracy.idf1", "metrics.idf1"),
+    "hota": ("hota", "accuracy.hota", "metrics.hota"),
+}
+"""Metric name -> dotted paths tried in order in the results JSON."""
+
+STAGE_FIELDS = ("stages", "stage_ms", "metrics.stage_ms")
+"""Where per-stage milliseconds per frame (``{stage: ms}``) are looked for."""
+
+HEADLINE = ("fps", "latency_p50_ms", "latency_p99_ms")
+"""Metrics whose spread across repeats is reported."""
+
+
+
+def _reports(sub: str, given) -> Path:
+    return Path(given) if given is not None else reports_dir() / sub
+
+
+class BenchError(LabkitError):
+    """A benchmark run failed: the message carries the application's stderr tail."""
+
+
+def error_line(exc: BaseException) -> str:
+    """The line of a BenchError (or any error) that says what went wrong: the last one that
+    mentions an error (the application's ``detect_video: error: ...``), else the last line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else repr(exc))
+
+
+class BenchWarning(UserWarning):
+    """A run finished but its results are suspect (status not "ok", missing figures)."""
+
+
+# ----------------------------------------------------------------------------- helpers
+def spread(values: Sequence[float]) -> float:
+    """(max - min) / median of the finite values; NaN for none or a zero median."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not vals:
+        return math.nan
+    med = statistics.median(vals)
+    return (max(vals) - min(vals)) / med if med else math.nan
+
+
+def _median(values) -> float:
+    vals = [float(v) for v in values if v is not None and not pd.isna(v)]
+    return statistics.median(vals) if vals else math.nan
+
+
+def _dig(data: Mapping, dotted: str):
+    cur: Any = data
+    for part in dotted.split("."):
+        if not isinstance(cur, Mapping) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def read_results(path: str | os.PathLike) -> dict:
+    """The figures of one results JSON under labkit's names (see :data:`RESULT_FIELDS`).
+
+    Returns:
+        dict with ``status`` (str), ``fps``, ``latency_p50_ms``, ``latency_p99_ms``, ``frames``,
+        ``map50``, ``mota``, ``idf1``, ``hota`` (float, NaN where absent) and ``stage_ms.<stage>``
+        (ms per frame) for each stage reported.
+    Raises:
+        BenchError: the file is missing or not a JSON object.
+    """
+    import json
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BenchError(f"{path}: the application wrote no results file; does it accept --results PATH?") from None
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"{path}: results file is not valid JSON ({exc})") from None
+    if not isinstance(data, Mapping):
+        raise BenchError(f"{path}: results file holds a JSON {type(data).__name__}, not an object")
+    out: dict[str, Any] = {"status": str(data.get("status", "missing"))}
+    for name, paths in RESULT_FIELDS.items():
+        value = next((v for v in (_dig(data, p) for p in paths) if v is not None), None)
+        try:
+            out[name] = float(value) if value is not None else math.nan
+        except (TypeError, ValueError):
+            out[name] = math.nan
+    stages = next((s for s in (_dig(data, p) for p in STAGE_FIELDS) if isinstance(s, Mapping)), {})
+    for stage, ms in stages.items():
+        if isinstance(ms, Mapping):  # {"decode": {"ms_per_frame": 1.2, ...}}
+            ms = next((ms[k] for k in ("ms_per_frame", "mean_ms", "ms") if k in ms), None)
+        try:
+            out[f"stage_ms.{stage}"] = float(ms)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def config_of(command: Sequence[str]) -> dict:
+    """The ``--flag value`` options of a command as a dict (``--batch-size 4`` -> ``batch_size: 4``).
+
+    A flag followed by another flag (or nothing) is ``True``; numbers become int/float. The
+    ``--results`` path is left out (it differs per run).
+    """
+    cfg: dict[str, Any] = {}
+    args = [str(a) for a in command]
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("--") and len(a) > 2:
+            key, eq, val = a[2:].partition("=")
+            if not eq:
+                if i + 1 < len(args) and not (args[i + 1].startswith("--") and len(args[i + 1]) > 2):
+                    val, i = args[i + 1], i + 1
+                else:
+                    val = True
+            if key != "results":
+                cfg[key.replace("-", "_")] = _number(val)
+        i += 1
+    return cfg
+
+
+def _number(val):
+    if not isinstance(val, str):
+        return val
+    for conv in (int, float):
+        try:
+            return conv(val)
+        except ValueError:
+            pass
+    return val
+
+
+def _has_flag(command: Sequence[str], flag: str) -> bool:
+    return any(str(a) == flag or str(a).startswith(flag + "=") for a in command)
+
+
+def with_flag(command: Sequence[str], flag: str, value=True) -> list[str]:
+    """``command`` with ``flag`` set to ``value`` (replaced if present); ``False``/``None`` removes it.
+
+    ``True`` means a bare switch (``--no-osd``).
+    """
+    out: list[str] = []
+    args = [str(a) for a in command]
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == flag:
+            # drop its value too, unless the next token is another option
+            if i + 1 < len(args) and not (args[i + 1].startswith("--") and len(args[i + 1]) > 2):
+                i += 1
+        elif not a.startswith(flag + "="):
+            out.append(a)
+        i += 1
+    if value is True:
+        out.append(flag)
+    elif value is not None and value is not False:
+        out += [flag, str(value)]
+    return out
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from tqdm import tqdm  # plain text bar: tqdm.auto needs ipywidgets in notebooks
+
+    return tqdm(total=total, desc=desc, unit="run", disable=not enabled, file=sys.stderr, leave=False)
+
+
+def _stamp() -> str:
+    return _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", name).strip("_") or "run"
+
+
+# ----------------------------------------------------------------------------- result
+@dataclass(frozen=True)
+class Result:
+    """One benchmarked configuration.
+
+    Attributes:
+        step, name: the lab step and this run's name (file names start with it).
+        command: the command as given (without ``--results``).
+        config: the options it ran with: the ``config`` the caller gave, else parsed from the
+            command (:func:`config_of`); plus ``processes`` for parallel runs.
+        repeats: one row per run: ``repeat``, ``profiled`` (bool), ``status``, ``wall_s``,
+            ``fps``, ``latency_p50_ms``, ``latency_p99_ms`` (ms), ``frames``, accuracy
+            (``map50``, ``mota``, ``idf1``, ``hota``), ``stage_ms.<stage>`` (ms per frame),
+            ``results`` and ``log`` paths.
+        metrics: medians over the measured runs (the profiled run is left out) plus
+            ``spread`` (of fps) and ``spread_latency_p50_ms``/``spread_latency_p99_ms``;
+            for parallel runs ``fps`` is the summed throughput (see :func:`run_parallel`).
+        profile: the ``.nsys-rep`` of the profiled run, or None.
+        flags: problems found (non-ok status, missing figures); empty when all is well.
+        labels: extra top-level ledger fields the caller attached (``kind``, ``builds_on``,
+            ``predicted_speedup``, ``finding``: see :mod:`labkit.ledger`).
+    """
+
+    step: str
+    name: str
+    command: tuple[str, ...]
+    config: dict
+    repeats: pd.DataFrame = field(repr=False)
+    metrics: dict
+    profile: Path | None = None
+    flags: tuple[str, ...] = ()
+    labels: dict = field(default_factory=dict)
+
+    @property
+    def fps(self) -> float:
+        return self.metrics.get("fps", math.nan)
+
+    @property
+    def spread(self) -> float:
+        return self.metrics.get("spread", math.nan)
+
+    @property
+    def latency_p50_ms(self) -> float:
+        return self.metrics.get("latency_p50_ms", math.nan)
+
+    @property
+    def latency_p99_ms(self) -> float:
+        return self.metrics.get("latency_p99_ms", math.nan)
+
+    @property
+    def ok(self) -> bool:
+        return not self.flags
+
+    @property
+    def results_paths(self) -> list[Path]:
+        return [Path(p) for p in self.repeats["results"]]
+
+    def record(self) -> dict:
+        """The ledger row of this result (see :mod:`labkit.ledger`)."""
+        metrics: dict[str, Any] = {}
+        stages: dict[str, float] = {}
+        for k, v in self.metrics.items():
+            if k.startswith("stage_ms."):
+                stages[k.split(".", 1)[1]] = v
+            else:
+                metrics[k] = v
+        if stages:
+            metrics["stage_ms"] = stages
+        return {
+            **self.labels,
+            "step": self.step,
+            "name": self.name,
+            "status": "ok" if self.ok else "flagged",
+            "flags": list(self.flags),
+            "command": list(self.command),
+            "config": dict(self.config),
+            "metrics": metrics,
+            "paths": {"profile": str(self.profile) if self.profile else None,
+                      "results": [str(p) for p in self.results_paths],
+                      "logs": [str(p) for p in self.repeats["log"]]},
+        }
+
+    def __str__(self) -> str:
+        flag = "" if self.ok else f"  FLAGGED: {'; '.join(self.flags)}"
+        how = (f"summed over {self.metrics['processes']} processes" if "processes" in self.metrics
+               else f"median of {self.metrics.get('repeats')} runs")
+        return (f"{self.step} ({self.name}): {self.fps:.1f} frames/s {how}, spread {self.spread:.1%}, "
+                f"latency p50 {self.latency_p50_ms:.1f} ms, p99 {self.latency_p99_ms:.1f} ms{flag}")
+
+
+def _summarize(rows: pd.DataFrame) -> dict:
+    measured = rows[~rows["profiled"]] if (~rows["profiled"]).any() else rows
+    metrics: dict[str, Any] = {}
+    for col in measured.columns:
+        if col in {"repeat", "profiled", "status", "results", "log", "wall_s"}:
+            continue
+        if pd.api.types.is_numeric_dtype(measured[col]):
+            metrics[col] = _median(measured[col])
+    metrics["spread"] = spread(measured["fps"])
+    for m in HEADLINE[1:]:
+        metrics[f"spread_{m}"] = spread(measured[m])
+    metrics["repeats"] = int(len(measured))
+    return metrics
+
+
+def _flags(rows: pd.DataFrame) -> list[str]:
+    flags = []
+    for _, r in rows.iterrows():
+        if r["status"] != "ok":
+            flags.append(f"run {r['repeat']}: status {r['status']!r} in {r['results']}")
+        elif pd.isna(r["fps"]):
+            flags.append(f"run {r['repeat']}: no fps in {r['results']}")
+    return flags
+
+
+def _warn_flags(step: str, flags: list[str]) -> None:
+    if flags:
+        warnings.warn(f"benchmark {step!r} is flagged: " + "; ".join(flags), BenchWarning, stacklevel=3)
+
+
+def _append(ledger, row: Mapping) -> None:
+    if ledger is not None:
+        (ledger if isinstance(ledger, Ledger) else Ledger(ledger)).append(row)
+
+
+def _config(config: Mapping | None, cmd: list[str], warmup) -> dict:
+    """The run's options: the caller's ``config`` (with the warm-up bench added), else parsed from argv."""
+    if config is None:
+        return config_of(cmd)
+    return {**config, **({"warmup": int(warmup)} if warmup is not None and "warmup" not in config else {})}
+
+
+# ----------------------------------------------------------------------------- runs
+def _argv(command) -> list[str]:
+    return shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
+
+
+def _prepare(command, warmup) -> list[str]:
+    cmd = _argv(command)
+    if not cmd:
+        raise BenchError("empty command: pass the application's argv, e.g. [sys.executable, 'app.py', ...]")
+    if _has_flag(cmd, "--results"):
+        raise BenchError("the command already has --results: leave it out, bench adds one per run")
+    if warmup is not None and not _has_flag(cmd, "--warmup"):
+        cmd += ["--warmup", str(int(warmup))]
+    return cmd
+
+
+def _start(command, warmup, name: str, results_dir) -> tuple[list[str], str, Path]:
+    """What every runner does first: the argv (see :func:`_prepare`), a file-safe run name, and
+    the results folder, created."""
+    cmd = _prepare(command, warmup)
+    results_dir = _reports("results", results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    return cmd, _safe(name), results_dir
+
+
+def _check_exit(proc_rc: int, argv: list[str], log: Path, step: str, what: str, output: str,
+                stream: str = "stderr") -> None:
+    if proc_rc != 0:
+        raise BenchError(f"benchmark {step!r}, {what}: the application exited with status {proc_rc}.\n"
+                         f"command: {shlex.join(argv)}\nlast lines of its {stream} (full output: {log}):\n"
+                         f"{output_tail(output, 30) or '(empty)'}")
+
+
+def _row(repeat: int, profiled: bool, results: Path, log: Path, wall_s: float) -> dict:
+    return {"repeat": repeat, "profiled": profiled, **read_results(results), "wall_s": wall_s,
+            "results": str(results), "log": str(log)}
+
+
+def _run_once(argv: list[str], *, log: Path, env, timeout, step: str, what: str) -> float:
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stderr or b"")
+        out = out.decode(errors="replace") if isinstance(out, bytes) else out
+        log.write_text(f"# {shlex.join(argv)}\n# timed out after {timeout} s\n{out}")
+        raise BenchError(f"benchmark {step!r}, {what}: still running after timeout={timeout} s and was killed; "
+                         f"pass a larger timeout= or fewer frames. Last lines of its stderr:\n{output_tail(out, 30)}") from None
+    except OSError as exc:
+        raise BenchError(f"benchmark {step!r}: cannot start {argv[0]!r} ({exc})") from None
+    wall = time.perf_counter() - t0
+    log.write_text(f"# {shlex.join(argv)}\n# exit {proc.returncode} after {wall:.2f} s\n"
+                   f"## stdout\n{proc.stdout}\n## stderr\n{proc.stderr}")
+    _check_exit(proc.returncode, argv, log, step, what, proc.stderr)
+    return wall
+
+
+def _env(env: Mapping[str, str] | None) -> dict | None:
+    if not env:
+        return None
+    merged = dict(os.environ)
+    merged.update({k: str(v) for k, v in env.items()})
+    return merged
+
+
+def _run_profiled(cmd: list[str], *, name: str, step: str, results_dir: Path, profile_dir: Path, env,
+                  progress: bool, capture_range: str | None = None) -> tuple[Path, dict]:
+    """The extra run under nsys; returns the .nsys-rep path and the run's row."""
+    from labkit import nsys  # lazy: only profiling needs it (and nsys installed)
+
+    results = results_dir / f"{name}.profiled.json"
+    t0 = time.perf_counter()
+    try:
+        # nsys passes the application's exit status through, so a failing app lands here
+        report = nsys.profile(cmd + ["--results", str(results)], name=name, outdir=profile_dir,
+                              env=dict(env or {}), progress=progress, capture_range=capture_range)
+    except nsys.NsysNotFoundError:
+        raise
+    except nsys.NsysError as exc:
+        raise BenchError(f"benchmark {step!r}, profiled run: {exc}") from None
+    log = Path(report.log_path) if report.log_path else profile_dir / f"{name}.log"
+    return profile_dir / f"{name}.nsys-rep", _row(0, True, results, log, time.perf_counter() - t0)
+
+
