@@ -1,10 +1,13 @@
-"""The lab's colours: one per pipeline stage, shared by the timeline, the stage bars and the
-schematics in images/, so ``infer`` is the same red everywhere."""
+"""How the lab shows things: one colour per pipeline stage, shared by the timeline, the stage
+bars and the schematics in images/ (``infer`` is the same red everywhere), and frames whose
+notebook display keeps whole texts."""
 from __future__ import annotations
 
 import zlib
 
-__all__ = ["STAGE_COLORS", "GPU_COLORS", "stage_color"]
+import pandas as pd
+
+__all__ = ["STAGE_COLORS", "GPU_COLORS", "stage_color", "full_text", "FullTextFrame"]
 
 # The application's stages (its NVTX range names), in pipeline order; tab10 hues.
 STAGE_COLORS = {
@@ -28,3 +31,26 @@ def stage_color(name: str) -> str:
     if name in STAGE_COLORS:
         return STAGE_COLORS[name]
     return _OTHER[zlib.crc32(name.encode()) % len(_OTHER)]
+
+
+
+class FullTextFrame(pd.DataFrame):
+    """A DataFrame that Jupyter shows with every cell's whole text (no ``...`` at 50
+    characters): the doctor's details and fixes are meant to be read in full."""
+
+    @property
+    def _constructor(self):
+        return FullTextFrame
+
+    def _repr_html_(self):
+        with pd.option_context("display.max_colwidth", None, "display.max_columns", None, "display.width", 10**6):
+            return super()._repr_html_()
+
+    def __repr__(self):
+        with pd.option_context("display.max_colwidth", None, "display.max_columns", None, "display.width", 10**6):
+            return super().__repr__()
+
+
+def full_text(frame: pd.DataFrame) -> FullTextFrame:
+    """``frame`` as a :class:`FullTextFrame`: same data, whole texts in a notebook."""
+    return FullTextFrame(frame)
