@@ -1,9 +1,9 @@
 # labkit — the two commands that matter: `make lab` and `make test` (see README).
 SHELL := /bin/bash
 PYTHON ?= python3
-# An active conda environment is used as it is (GPU workshop machines: environment.yml);
-# otherwise a project venv. `make lab VENV=/path/to/env` names any existing environment.
-VENV ?= $(if $(CONDA_PREFIX),$(CONDA_PREFIX),.venv)
+# An active conda environment (other than base) is used as it is (GPU workshop machines:
+# environment.yml); otherwise a project venv. `make lab VENV=/path/to/env` names any existing one.
+VENV ?= $(if $(and $(CONDA_PREFIX),$(filter-out base,$(CONDA_DEFAULT_ENV))),$(CONDA_PREFIX),.venv)
 MODE ?= full
 PORT ?= 8888
 IP ?= 127.0.0.1
@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 ifeq ($(EXISTING),1)
 	@test -x $(PY) || { echo "make: $(VENV) has no bin/python: activate the environment or pass VENV=" >&2; exit 1; }
 	$(PY) -m pip install -q --no-deps -e .
-	@$(PY) -m labkit doctor >/dev/null || echo "make: $(VENV) lacks some of labkit's dependencies: run $(PY) -m labkit doctor" >&2
+	@$(PY) -m labkit doctor >/dev/null || echo "make: labkit's doctor reports a problem in $(VENV) (a missing dependency?): run $(PY) -m labkit doctor" >&2
 else
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
