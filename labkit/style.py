@@ -20,8 +20,9 @@ STAGE_COLORS = {
 }
 # GPU work and the CUDA API calls that launched it.
 GPU_COLORS = {"kernel": "#4c72b0", "memcpy": "#dd8452", "memset": "#55a868", "cuda_api": "#8c8c8c"}
-# Any other name: a stable pick (same name, same colour, in every process) among colours no stage uses.
-_OTHER = ("#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#aec7e8", "#98df8a", "#ffbb78", "#c5b0d5",
+# Any other name: a stable pick (same name, same colour, in every process) among colours no stage
+# uses, and no grey (grey is the CUDA API).
+_OTHER = ("#8c564b", "#e377c2", "#17becf", "#393b79", "#aec7e8", "#98df8a", "#ffbb78", "#c5b0d5",
           "#c49c94", "#f7b6d2", "#9edae5", "#dbdb8d")
 
 
