@@ -72,12 +72,20 @@ class Lab:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/{path}?token={self.token}", timeout=10) as r:
             return json.load(r)
 
+    def shut_down(self, name: str) -> None:
+        """End the kernels of ``name``'s sessions (each notebook's kernel would otherwise stay)."""
+        for s in self.api("sessions"):
+            if s.get("path", "").endswith(name):
+                req = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/sessions/{s['id']}?token={self.token}",
+                                             method="DELETE")
+                urllib.request.urlopen(req, timeout=30).close()
+
     def url(self, path: str) -> str:
         return jupyter_lab.url(port=self.port, ip="127.0.0.1", token=self.token, path=path)
 
 
 @contextlib.contextmanager
-def serve(*, mode: str = "small", reports: Path, timeout: float = 120):
+def serve(*, mode: str = "small", reports: Path, notebook_dir: Path = jupyter_lab.NOTEBOOKS, timeout: float = 120):
     """JupyterLab on a free local port, started as `make jupyter` starts it, with the runs'
     reports under ``reports`` and a fresh workspace and settings folder (no autosave)."""
     home = Path(tempfile.mkdtemp(prefix="labkit-jlab-"))
@@ -93,7 +101,7 @@ def serve(*, mode: str = "small", reports: Path, timeout: float = 120):
              f"--FileCheckpoints.checkpoint_dir={home / 'checkpoints'}"]
     log = home / "jupyterlab.log"
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(jupyter_lab.command(port=port, token=token, extra=extra), env=env, cwd=ROOT,
+        proc = subprocess.Popen(jupyter_lab.command(port=port, token=token, notebook_dir=notebook_dir, extra=extra), env=env, cwd=ROOT,
                                 stdout=fh, stderr=subprocess.STDOUT)
     lab = Lab(port, token, proc, log)
     try:
@@ -234,6 +242,7 @@ def run_notebook(driver, lab: Lab, name: str, *, timeout: float = 900, shot: Pat
         shot.parent.mkdir(parents=True, exist_ok=True)
         # the notebook panel alone (no file browser), at the end of the notebook
         driver.find_element(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden)").screenshot(str(shot))
+    lab.shut_down(name)
     prompts = page["prompts"]
     return Outcome(notebook=name, seconds=round(seconds, 1), code_cells=len(prompts),
                    not_run=[i + 1 for i, p in enumerate(prompts) if not any(ch.isdigit() for ch in p)],

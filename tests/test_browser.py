@@ -120,3 +120,29 @@ def test_run_all_in_the_browser(lab, name):
     assert out.broken_images == [], f"{name}: images that did not load: {out.broken_images}"
     written = sorted(k for k in after.keys() | before.keys() if before.get(k) != after.get(k))
     assert written == [], f"{name}: files written outside reports/ and data/: {written}"
+
+
+def test_the_page_reading_sees_stderr_errors_and_cells_not_run(tmp_path):
+    """The checks can fail: a notebook that writes to stderr, draws an image, then raises."""
+    why = _why_not()
+    if why:
+        pytest.skip(why)
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import sys; print('a warning line', file=sys.stderr)"),
+        nbformat.v4.new_code_cell("from matplotlib.figure import Figure\nfig = Figure(figsize=(2, 1))\n"
+                                  "fig.subplots().plot([0, 1])\nfig"),
+        nbformat.v4.new_code_cell("raise ValueError('the cell failed')"),
+        nbformat.v4.new_code_cell("print('never runs')"),
+    ])
+    # without a kernelspec JupyterLab asks which kernel to start
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "probe.ipynb")
+    with browser_lab.serve(mode="small", reports=tmp_path / "reports", notebook_dir=tmp_path) as lab, \
+            browser_lab.chromium() as driver:
+        out = browser_lab.run_notebook(driver, lab, "probe.ipynb", timeout=120)
+    assert out.code_cells == 4 and out.not_run == [4]
+    assert out.stderr == ["a warning line"]
+    assert len(out.errors) == 1 and "ValueError: the cell failed" in out.errors[0]
+    assert out.broken_images == [] and not out.timed_out
