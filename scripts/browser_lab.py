@@ -24,8 +24,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
-import jupyter_lab  # noqa: E402
+import jupyter_lab  # scripts/ is on sys.path: run as a script, or from tests (as run_lab is)
 
 ROOT = jupyter_lab.ROOT
 CHROMIUM = ("chromium", "chromium-browser")
