@@ -96,7 +96,7 @@ def _labels(ax, y, s, e, names, px_ns, origin):
 
 
 def plot_timeline(report, *, window=None, max_depth: int = 2, labels: bool = True, relative: bool = True,
-                  ax=None, figsize=None, min_px: float = 1.5, max_events=None):
+                  ax=None, figsize=None, min_px: float = 1.5):
     """Gantt chart of NVTX ranges per thread and GPU work per stream, with a legend.
 
     Args:
@@ -108,7 +108,6 @@ def plot_timeline(report, *, window=None, max_depth: int = 2, labels: bool = Tru
         relative: x axis in ms from the window start (else absolute ms).
         ax: an Axes to draw on (default: a new Figure, no pyplot state).
         min_px: the narrowest bar drawn, in pixels, so that short events stay visible.
-        max_events: accepted for older callers; drawing is bounded by pixels now.
     Returns: the matplotlib Figure.
     Raises: NothingToDraw when the window holds no range, GPU operation or CUDA API call.
     """
