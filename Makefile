@@ -1,21 +1,38 @@
 # labkit — the two commands that matter: `make lab` and `make test` (see README).
 SHELL := /bin/bash
 PYTHON ?= python3
-VENV ?= .venv
+# An active conda environment (other than base) is used as it is (GPU workshop machines:
+# environment.yml); otherwise a project venv. `make lab VENV=/path/to/env` names any existing one.
+VENV ?= $(if $(and $(CONDA_PREFIX),$(filter-out base,$(CONDA_DEFAULT_ENV))),$(CONDA_PREFIX),.venv)
 MODE ?= full
+PORT ?= 8888
+IP ?= 127.0.0.1
+# What the project venv installs: the test tools and CPU ONNX Runtime. On a GPU machine with a
+# venv use EXTRAS=test,gpu (onnxruntime-gpu); never both, they ship the same files.
+EXTRAS ?= test,cpu
 # CPU machines without a GPU take the CPU build of torch; GPU machines should use
 # environment.yml (conda) or set TORCH_SPEC to the CUDA build they want.
 TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.labkit-installed
+# An environment this Makefile did not create (conda, or any VENV other than .venv) already holds
+# its stack (a CUDA torch, onnxruntime-gpu): labkit goes in with --no-deps, so pip never replaces
+# a CUDA package with its CPU twin.
+EXISTING := $(if $(filter .venv,$(VENV)),,1)
 
-.PHONY: lab test jupyter doctor env clean-reports
+.PHONY: lab test jupyter browser doctor env clean-reports
 
 $(STAMP): pyproject.toml
+ifeq ($(EXISTING),1)
+	@test -x $(PY) || { echo "make: $(VENV) has no bin/python: activate the environment or pass VENV=" >&2; exit 1; }
+	$(PY) -m pip install -q --no-deps -e .
+	@$(PY) -m labkit doctor >/dev/null || echo "make: labkit's doctor reports a problem in $(VENV) (a missing dependency?): run $(PY) -m labkit doctor" >&2
+else
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+endif
 	@touch $(STAMP)
 
 env: $(STAMP)
@@ -27,9 +44,17 @@ test: $(STAMP)
 	@set +e; $(PY) -m pytest -q -rs $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
+# JupyterLab on notebooks/: MODE=small|full, PORT=, IP= (0.0.0.0 for every interface),
+# JUPYTER_TOKEN= (generated when unset); prints the URL with its token. Works as root.
 jupyter: $(STAMP)
-	@$(PY) -c "import jupyterlab" 2>/dev/null || $(PY) -m pip install -q -e ".[jupyter]"
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+	@$(PY) -c "import jupyterlab, ipywidgets" 2>/dev/null || $(PY) -m pip install -q $(if $(EXISTING),jupyterlab ipywidgets,-e ".[jupyter]")
+	@$(PY) scripts/jupyter_lab.py --mode $(MODE) --port $(PORT) --ip $(IP)
+
+# Every notebook run in headless Chromium through JupyterLab (tests/test_browser.py; CI runs
+# 00, 01 and 07): needs `apt-get install chromium chromium-driver`. Screenshots: reports/browser/.
+browser: $(STAMP)
+	@$(PY) -c "import jupyterlab, ipywidgets, selenium" 2>/dev/null || $(PY) -m pip install -q -e ".[jupyter,test]"
+	LABKIT_BROWSER_NOTEBOOKS=all LABKIT_REQUIRE_BROWSER=1 $(PY) -m pytest -q -rs -m browser tests/test_browser.py $(PYTEST_ARGS)
 
 doctor: $(STAMP)
 	$(PY) -m labkit doctor --probe

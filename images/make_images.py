@@ -16,15 +16,20 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
 
+from labkit.style import stage_color  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
+# Colours from labkit.style: the same stage has the same colour here, in the timeline and in
+# the stage bars. The boxes are pale tints of it, so black text stays readable.
 STAGES = [
-    ("decode", "read a frame\n(OpenCV, CPU)", "#8fd18f"),
-    ("preprocess", "resize, RGB, /255\n(CPU, or GPU with\n--gpu-preprocess)", "#f2e17a"),
-    ("infer", "detector network\n(torch / ONNX Runtime\n/ TensorRT)", "#f08a8a"),
-    ("postprocess", "heat-map peaks\n-> boxes", "#f5b971"),
-    ("track", "SORT-like tracker\n(Kalman + matching)", "#c39be0"),
-    ("display", "draw boxes (OSD),\nwrite the video", "#8db6e8"),
+    ("decode", "read a frame\n(OpenCV, CPU)"),
+    ("preprocess", "resize, RGB, /255\n(CPU, or GPU with\n--gpu-preprocess)"),
+    ("infer", "detector network\n(torch / ONNX Runtime\n/ TensorRT)"),
+    ("postprocess", "heat-map peaks\n-> boxes"),
+    ("track", "SORT-like tracker\n(Kalman + matching)"),
+    ("display", "draw boxes (OSD),\nwrite the video"),
 ]
+STAGES = [(name, what, stage_color(name)) for name, what in STAGES]
 
 
 def pipeline() -> Figure:
@@ -33,7 +38,7 @@ def pipeline() -> Figure:
     w, gap = 1.6, 0.45
     for i, (name, what, color) in enumerate(STAGES):
         x = i * (w + gap)
-        ax.add_patch(FancyBboxPatch((x, 0.9), w, 1.0, boxstyle="round,pad=0.04", fc=color, ec="0.25"))
+        ax.add_patch(FancyBboxPatch((x, 0.9), w, 1.0, boxstyle="round,pad=0.04", fc=color, alpha=0.55, ec="0.25"))
         ax.text(x + w / 2, 1.4, name, ha="center", va="center", fontsize=12, weight="bold")
         ax.text(x + w / 2, 0.72, what, ha="center", va="top", fontsize=8.5)
         if i:

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from labkit import env
 
-__all__ = ["Check", "run_checks", "doctor", "nvtx_verdict", "cli", "MODES"]
+__all__ = ["Check", "run_checks", "doctor", "nvtx_verdict", "onnxruntime_verdict", "compiler_verdict",
+           "cuda_probe_verdict", "cli", "MODES"]
 
 MODES = ("analysis", "lab", "gpu")
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
@@ -95,14 +96,15 @@ def _check_torch() -> list[Check]:
 
 
 def _check_gpu() -> Check:
-    gpus = env.gpu_info()
+    gpus = env.visible_gpus()  # cuda:0 first, CUDA_VISIBLE_DEVICES honoured, matched by UUID
     if not gpus:
-        return Check("gpu", WARN, "no NVIDIA GPU found via NVML: CPU mode",
+        seen = " (CUDA_VISIBLE_DEVICES hides them all)" if env.gpu_info() else ""
+        return Check("gpu", WARN, f"no NVIDIA GPU found via NVML{seen}: CPU mode",
                      "run on a GPU machine for the GPU steps (reference results are in reports/reference)",
                      ("gpu",))
     g = gpus[0]
     more = f" (+{len(gpus) - 1} more)" if len(gpus) > 1 else ""
-    detail = (f"{g['name']}{more}, driver {g['driver']} (CUDA {g['cuda_driver']}), "
+    detail = (f"cuda:0 = NVML {g['index']} {g['name']}{more}, driver {g['driver']} (CUDA {g['cuda_driver']}), "
               f"{g['memory_free_mib']}/{g['memory_total_mib']} MiB free, "
               f"SM {g['sm_clock_mhz']}/{g['sm_clock_max_mhz']} MHz, mem {g['mem_clock_max_mhz']} MHz")
     return Check("gpu", OK, detail, "", ("gpu",))
@@ -129,10 +131,19 @@ _NVTX_PROBE = textwrap.dedent("""
         with nvtx.annotate("labkit_probe", payload=i):
             pass
 """)
+# With a GPU, the probe also launches one CUDA kernel: nsys older than the driver records
+# none of it (nsys 2022.4 on a CUDA 13 driver), and every GPU analysis would then be empty.
+_CUDA_PROBE = textwrap.dedent("""
+    import torch
+    x = torch.ones(1024, device="cuda")
+    (x * 2).sum().item()
+    torch.cuda.synchronize()
+""")
 
 
-def _probe_nvtx(nsys: str) -> Check:
-    """Profile a three-range program with nsys (through labkit.profile) and count its ranges."""
+def _probe(nsys: str, nsys_version: str | None, *, cuda: bool) -> list[Check]:
+    """Profile a three-range program with nsys (through labkit.profile) and count its ranges;
+    with ``cuda``, the program also launches a kernel and the kernel is looked for."""
     import warnings
 
     from labkit.nsys import NsysError, profile
@@ -140,22 +151,81 @@ def _probe_nvtx(nsys: str) -> Check:
     with tempfile.TemporaryDirectory(prefix="labkit-doctor-") as tmp:
         script = os.path.join(tmp, "probe.py")
         with open(script, "w") as f:
-            f.write(_NVTX_PROBE)
+            f.write(_NVTX_PROBE + (_CUDA_PROBE if cuda else ""))
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # "no CUDA tables": expected, the probe is NVTX only
-                rep = profile([sys.executable, script], name="probe", outdir=tmp, trace=("nvtx",),
-                              progress=False, nsys=nsys)
+                warnings.simplefilter("ignore")  # "no CUDA tables" on a CPU probe: expected
+                rep = profile([sys.executable, script], name="probe", outdir=tmp,
+                              trace=("cuda", "nvtx") if cuda else ("nvtx",), progress=False, nsys=nsys)
                 nv = rep.nvtx
+                kernels = len(rep.kernels) if cuda else 0
         except NsysError as exc:
             tail = str(exc).strip().splitlines()[-1:] or ["no output"]
-            return Check("nvtx probe", FAIL, f"nsys profile failed: {tail[0]}",
-                         "see README 'Nsight Systems' (importer symlink fix: scripts/install-nsys)", ("lab", "gpu"))
+            return [Check("nvtx probe", FAIL, f"nsys profile failed: {tail[0]}",
+                          "see README 'Nsight Systems' (importer symlink fix: scripts/install-nsys)", ("lab", "gpu"))]
     ranges = int(((nv["name"] == "labkit_probe") & (nv["kind"] != "mark")).sum())
-    if ranges >= 3:
-        return Check("nvtx probe", OK, f"nsys recorded {ranges}/3 ranges of a probe program", "", ("lab", "gpu"))
-    return Check("nvtx probe", FAIL, f"nsys recorded {ranges}/3 ranges of a probe program",
-                 f"pip install nvtx=={NVTX_KNOWN_GOOD}", ("lab", "gpu"))
+    checks = [Check("nvtx probe", OK, f"nsys recorded {ranges}/3 ranges of a probe program", "", ("lab", "gpu"))
+              if ranges >= 3 else
+              Check("nvtx probe", FAIL, f"nsys recorded {ranges}/3 ranges of a probe program",
+                    f"pip install nvtx=={NVTX_KNOWN_GOOD}", ("lab", "gpu"))]
+    if cuda:
+        checks.append(cuda_probe_verdict(kernels, nsys_version, (env.visible_gpus() or [{}])[0].get("cuda_driver")))
+    return checks
+
+
+def cuda_probe_verdict(kernels: int, nsys_version: str | None, cuda_driver: str | None) -> Check:
+    """Did nsys record the probe's CUDA kernel? Without it, every GPU analysis of the lab is empty."""
+    if kernels:
+        return Check("cuda probe", OK, f"nsys {nsys_version} recorded {kernels} kernel(s) of a probe program",
+                     "", ("gpu",))
+    return Check("cuda probe", FAIL, f"nsys {nsys_version} recorded no CUDA kernel of a probe program that ran one "
+                 f"(driver CUDA {cuda_driver}): nsys is likely older than the driver",
+                 "use the Nsight Systems of your CUDA toolkit, or a release newer than the driver "
+                 "(developer.nvidia.com/nsight-systems), and point LABKIT_NSYS at it", ("gpu",))
+
+
+def onnxruntime_verdict(cpu: str | None, gpu: str | None, *, has_gpu: bool) -> Check:
+    """ONNX Runtime: exactly one of ``onnxruntime`` (CPU) and ``onnxruntime-gpu`` installed.
+
+    Both ship the same ``onnxruntime`` package folder, so with both, whichever was installed last
+    owns the files, and uninstalling either deletes files the other needs.
+    """
+    if cpu and gpu:
+        return Check("onnxruntime", FAIL, f"both onnxruntime {cpu} and onnxruntime-gpu {gpu} are installed: "
+                     "they overwrite each other's files",
+                     "pip install --force-reinstall --no-deps onnxruntime-gpu (on a CPU-only machine: "
+                     "pip uninstall -y onnxruntime-gpu && pip install --force-reinstall --no-deps onnxruntime)",
+                     ("lab", "gpu"))
+    if not (cpu or gpu):
+        return Check("onnxruntime", WARN, "ONNX Runtime is not installed: the ONNX and INT8 steps cannot run",
+                     "pip install -e '.[gpu]' on a GPU machine, pip install -e '.[cpu]' elsewhere", ())
+    if has_gpu and not gpu:
+        return Check("onnxruntime", WARN, f"onnxruntime {cpu} is the CPU build: ONNX Runtime steps run on the CPU",
+                     "pip uninstall -y onnxruntime && pip install onnxruntime-gpu", ("gpu",))
+    return Check("onnxruntime", OK, f"onnxruntime{'-gpu' if gpu else ''} {gpu or cpu}", "", ())
+
+
+def _check_onnxruntime() -> Check:
+    return onnxruntime_verdict(env.package_version("onnxruntime"), env.package_version("onnxruntime-gpu"),
+                               has_gpu=bool(env.gpu_info()))
+
+
+def compiler_verdict(cc: str | None, cxx: str | None, *, cuda: bool) -> Check:
+    """torch.compile needs a C++ compiler on the CPU (Inductor) and a C compiler on a GPU
+    (Triton builds a small launcher module for each kernel)."""
+    need, have = ("a C compiler (gcc)", cc) if cuda else ("a C++ compiler (g++)", cxx)
+    if have:
+        return Check("compiler", OK, f"{need.split(' (')[0]} for torch.compile: {have}", "", ())
+    where = "Triton, on the GPU," if cuda else "Inductor, on the CPU,"
+    return Check("compiler", WARN, f"no {need}: torch.compile's {where} cannot build its code, the compile "
+                 "steps are skipped", "apt-get install build-essential (or set CC/CXX)", ())
+
+
+def _check_compiler() -> Check:
+    which = lambda *names: next((shutil.which(n) for n in names if shutil.which(n)), None)  # noqa: E731
+    return compiler_verdict(which(os.environ.get("CC", ""), "cc", "gcc", "clang"),
+                            which(os.environ.get("CXX", ""), "c++", "g++", "clang++"),
+                            cuda=env.torch_info()["cuda_available"])
 
 
 def _check_tensorrt() -> Check:
@@ -209,8 +279,8 @@ def run_checks(*, reports: str = "reports", probe: bool = False) -> list[Check]:
     status, detail, fix = nvtx_verdict(env.package_version("nvtx"), nsys_ver)
     checks.append(Check("nvtx", status, detail, fix, ("lab", "gpu") if status == FAIL else ()))
     if probe and nsys_ver is not None:
-        checks.append(_probe_nvtx(env.find_nsys()))
-    checks += [_check_tensorrt(), _check_opencv(), _check_disk(reports)]
+        checks += _probe(env.find_nsys(), nsys_ver, cuda=env.torch_info()["cuda_available"])
+    checks += [_check_onnxruntime(), _check_compiler(), _check_tensorrt(), _check_opencv(), _check_disk(reports)]
     return checks
 
 
@@ -219,17 +289,20 @@ def _failures(checks: list[Check], mode: str) -> list[Check]:
 
 
 def doctor(*, mode: str = "lab", reports: str = "reports", probe: bool = False):
-    """The doctor's report as a DataFrame (check, status, detail, fix, required).
+    """The doctor's report as a DataFrame (check, status, detail, fix, required), shown in a
+    notebook with whole texts (:func:`labkit.style.full_text`).
 
     ``required`` is True where the chosen ``mode`` needs the check to pass.
     """
     import pandas as pd
 
+    from labkit.style import full_text
+
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}")
     checks = run_checks(reports=reports, probe=probe)
-    return pd.DataFrame([{"check": c.name, "status": c.status, "detail": c.detail, "fix": c.fix,
-                          "required": mode in c.needed_by} for c in checks])
+    return full_text(pd.DataFrame([{"check": c.name, "status": c.status, "detail": c.detail, "fix": c.fix,
+                                    "required": mode in c.needed_by} for c in checks]))
 
 
 def cli(argv: list[str]) -> int:

@@ -24,6 +24,8 @@ __all__ = [
     "package_version",
     "reports_dir",
     "gpu_info",
+    "visible_gpus",
+    "match_cuda_devices",
     "torch_info",
     "cpu_model",
     "fingerprint",
@@ -124,6 +126,7 @@ def gpu_info() -> list[dict]:
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             name = pynvml.nvmlDeviceGetName(h)
+            uuid = pynvml.nvmlDeviceGetUUID(h)
             mem = pynvml.nvmlDeviceGetMemoryInfo(h)
 
             def clock(kind, getter=pynvml.nvmlDeviceGetMaxClockInfo):
@@ -134,6 +137,7 @@ def gpu_info() -> list[dict]:
 
             gpus.append({
                 "index": i,
+                "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
                 "name": name.decode() if isinstance(name, bytes) else name,
                 "driver": driver,
                 "cuda_driver": cuda,
@@ -149,6 +153,59 @@ def gpu_info() -> list[dict]:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _uuid_key(uuid: str) -> str:
+    """NVML says ``GPU-1a2b...``, torch says ``1a2b...``: compare without prefix or case."""
+    uuid = str(uuid).strip().lower()
+    return uuid[4:] if uuid.startswith("gpu-") else uuid
+
+
+def match_cuda_devices(gpus: list[dict], *, visible: str | None, cuda_uuids: list[str] | None = None) -> list[dict]:
+    """NVML devices in CUDA's order (``cuda:0`` first), matched by UUID.
+
+    Args:
+        gpus: :func:`gpu_info` rows (NVML order, with ``uuid``).
+        visible: ``$CUDA_VISIBLE_DEVICES`` (None: every GPU). Entries are NVML indices or UUIDs
+            (or their unique prefixes, as CUDA accepts); parsing stops at the first invalid one,
+            as CUDA's does.
+        cuda_uuids: torch's device UUIDs in CUDA order, when torch can see the GPUs; the
+            authority where it exists (CUDA orders devices fastest first, NVML by PCI bus).
+    Returns: the matched rows, each with ``cuda_index`` added.
+    """
+    if cuda_uuids is not None:
+        by_uuid = {_uuid_key(g["uuid"]): g for g in gpus if g.get("uuid")}
+        picked = [by_uuid.get(_uuid_key(u)) for u in cuda_uuids]
+    elif visible is None:
+        picked = list(gpus)
+    else:
+        picked = []
+        for entry in (e.strip() for e in visible.split(",")):
+            if entry.isdigit():
+                g = next((g for g in gpus if g["index"] == int(entry)), None)
+            else:
+                hits = [g for g in gpus if g.get("uuid") and _uuid_key(g["uuid"]).startswith(_uuid_key(entry))]
+                g = hits[0] if len(hits) == 1 and entry else None
+            if g is None or g in picked:
+                break
+            picked.append(g)
+    return [dict(g, cuda_index=i) for i, g in enumerate(picked) if g is not None]
+
+
+def visible_gpus() -> list[dict]:
+    """:func:`gpu_info` rows of the GPUs this process's CUDA sees, in ``cuda:N`` order, honouring
+    ``CUDA_VISIBLE_DEVICES`` (matched by UUID; torch's device list is used when torch is
+    already imported, so that this never pays for importing it)."""
+    gpus = gpu_info()
+    uuids = None
+    torch = sys.modules.get("torch")
+    if gpus and torch is not None:
+        try:
+            if torch.cuda.is_available():
+                uuids = [str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count())]
+        except Exception:  # an old torch without .uuid, or a broken driver: fall back to the variable
+            uuids = None
+    return match_cuda_devices(gpus, visible=os.environ.get("CUDA_VISIBLE_DEVICES"), cuda_uuids=uuids)
 
 
 def torch_info() -> dict:
@@ -178,8 +235,8 @@ def cpu_model() -> str:
 
 def fingerprint() -> dict:
     """Environment fingerprint of a run: host, CPU, GPU, driver, CUDA and library versions."""
-    gpus = gpu_info()
-    t = torch_info()
+    t = torch_info()  # imports torch first, so that visible_gpus can match by torch's UUIDs
+    gpus = visible_gpus()  # cuda:0 first: the GPU a run uses by default
     return {
         "host": socket.gethostname(),
         "cpu": cpu_model(),

@@ -1,22 +1,26 @@
-"""plot_timeline: rows per thread/depth and per GPU stream, window clipping, large inputs."""
+"""plot_timeline on real exports: rows named by thread, CUDA API rows, legend, colours, speed."""
 from __future__ import annotations
 
+import importlib.util
+import io
 import time
 import warnings
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pytest
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-
-from labkit.report import Report, load_report  # noqa: E402
-from labkit.timeline import merge_close, plot_timeline  # noqa: E402
+from labkit.report import Report, load_report
+from labkit.style import STAGE_COLORS, stage_color
+from labkit.timeline import NothingToDraw, plot_timeline
 
 FIX = Path(__file__).parent / "fixtures"
+_spec = importlib.util.spec_from_file_location(  # the benchmark's synthetic report, tested as it is timed
+    "timeline_speed", Path(__file__).resolve().parents[1] / "benchmarks" / "timeline_speed.py")
+timeline_speed = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(timeline_speed)
 
 
 def _load(name):
@@ -25,62 +29,81 @@ def _load(name):
         return load_report(FIX / name)
 
 
-def test_gpu_fixture_rows():
+def _rows(fig):
+    return [t.get_text() for t in fig.axes[0].get_yticklabels()]
+
+
+def _legend(fig):
+    leg = fig.axes[0].get_legend()
+    return {t.get_text(): to_hex(h.get_facecolor()) for t, h in zip(leg.get_texts(), leg.legend_handles)}
+
+
+def test_gpu_export_rows_api_above_each_stream():
     rep = _load("gputest.nsys2025.3.sqlite")
     fig = plot_timeline(rep)
-    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-    assert labels[0].startswith("python3") and "  depth 1" in labels and "  depth 2" in labels
+    assert isinstance(fig, Figure) and fig.canvas.manager is None  # no pyplot state
+    rows = _rows(fig)
+    assert rows[:3] == ["main", "main ·1", "main ·2"]  # tid == pid: the process's main thread
     streams = sorted(rep.gpu_ops().groupby(["device_id", "stream_id"]).groups)
-    assert [lab for lab in labels if lab.startswith("GPU")] == [f"GPU {d} stream {s}" for d, s in streams]
-    matplotlib.pyplot.close(fig)
+    for d, s in streams:
+        assert rows[rows.index(f"GPU {d} stream {s}") - 1] == f"CUDA API → stream {s}"
+    legend = _legend(fig)
+    assert legend["kernel"] == "#4c72b0" and "CUDA API call" in legend
 
 
-def test_window_clips():
+def test_pipeline_threads_named_by_stage_with_shared_colours():
+    rep = _load("pipeline.nsys2022.4.sqlite")  # every thread is named "python" by the OS
+    fig = plot_timeline(rep, max_depth=0)
+    assert _rows(fig) == ["decode", "preprocess", "infer", "postprocess", "track", "display"]
+    legend = _legend(fig)
+    assert {k: legend[k] for k in STAGE_COLORS} == STAGE_COLORS
+    assert stage_color("infer") == "#d62728" and stage_color("something") == stage_color("something")
+
+
+def test_window_clips_and_labels_never_overlap():
+    rep = _load("pipeline.nsys2025.3.sqlite")
+    w0, w1 = rep.steady_window(warmup=1, count=3)
+    fig = plot_timeline(rep, window=(w0, w1))
+    ax = fig.axes[0]
+    assert ax.get_xlim() == pytest.approx((0.0, (w1 - w0) / 1e6))
+    fig.canvas.draw()
+    boxes = [t.get_window_extent() for t in ax.texts]
+    assert boxes, "no bar was labelled"
+    for i, a in enumerate(boxes):
+        assert not any(a.overlaps(b) for b in boxes[i + 1:])
+    # a label stays inside its bar: inside the axes at least
+    ax_box = ax.get_window_extent()
+    assert all(ax_box.x0 <= b.x0 and b.x1 <= ax_box.x1 for b in boxes)
+
+
+def test_short_events_keep_a_visible_width():
     rep = _load("gputest.nsys2025.3.sqlite")
-    w0 = int(rep.nvtx["start_ns"].iloc[0])
-    fig = plot_timeline(rep, window=(w0, w0 + 10_000_000))
-    assert fig.axes[0].get_xlim() == pytest.approx((0.0, 10.0))
-    matplotlib.pyplot.close(fig)
+    fig = plot_timeline(rep)
+    ax = fig.axes[0]
+    px = np.diff(ax.get_xlim())[0] / (ax.get_window_extent().width)
+    widths = np.array([np.ptp(p.vertices[:, 0]) for c in ax.collections for p in c.get_paths()])
+    assert widths.min() >= 1.0 * px  # a 2 us kernel in a seconds-long window is at least a pixel
 
 
-def test_threads_of_cpu_fixture():
-    fig = plot_timeline(_load("annotated.nsys2022.4.sqlite"))
-    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-    assert sum(not lab.startswith("  ") for lab in labels) == 3  # main, decoder, worker
-    matplotlib.pyplot.close(fig)
+def test_nothing_to_draw_says_so():
+    rep = Report.from_frames(path="empty.sqlite")
+    with pytest.raises(NothingToDraw, match="nothing to draw in empty.sqlite"):
+        plot_timeline(rep)
 
 
-def test_large_input_is_merged_and_quick():
-    n = 150_000
-    rng = np.random.default_rng(0)
-    start = np.cumsum(rng.integers(1_000, 5_000, n))
-    end = start + rng.integers(100, 900, n)
-    nvtx = pd.DataFrame({"name": np.where(np.arange(n) % 2, "a", "b").astype(object), "domain": "",
-                         "start_ns": start, "end_ns": end, "duration_ns": end - start, "tid": 1, "pid": 1,
-                         "global_tid": 1, "thread_name": "t", "depth": 0, "parent": -1, "kind": "push_pop",
-                         "payload": pd.array([pd.NA] * n, dtype="Int64"), "color": None, "category": -1,
-                         "ended": True})
-    kern = pd.DataFrame({"name": "k", "demangled": "k", "device_id": 0, "context_id": 1, "stream_id": 7,
-                         "correlation_id": np.arange(n), "grid_x": 1, "grid_y": 1, "grid_z": 1, "block_x": 1,
-                         "block_y": 1, "block_z": 1, "start_ns": start + 50, "end_ns": end + 50,
-                         "duration_ns": end - start, "pid": 1})
-    rep = Report.from_frames(nvtx=nvtx, kernels=kern)
+def test_height_bounded_for_deep_reports():
+    rep = _load("cpu_threads.nsys2022.4.sqlite")
+    assert plot_timeline(rep, max_depth=50).get_figheight() <= 10
+
+
+@pytest.mark.parametrize("n,limit", [(20_000, 2.0), (200_000, 3.0)])
+def test_large_reports_are_quick(n, limit):
+    rep = timeline_speed.synthetic(n, threads=6)
+    rep.gpu_ops()
     t0 = time.perf_counter()
-    fig = plot_timeline(rep, max_events=5000)
+    fig = plot_timeline(rep)
+    fig.savefig(io.BytesIO(), format="png")
     elapsed = time.perf_counter() - t0
-    assert "merged" in fig.axes[0].get_title()
-    bars = sum(len(c.patches) for c in fig.axes[0].containers)
-    assert bars <= 5000
-    assert elapsed < 10, elapsed
-    matplotlib.pyplot.close(fig)
+    assert elapsed < limit * 2, elapsed  # the issue's budget, with room for a busy shared 2-core machine
+    assert sum(len(c.get_paths()) for c in fig.axes[0].collections) < 20 * 1200  # bounded by pixels
 
-
-@pytest.mark.parametrize("starts,ends,gap,exp_s,exp_e", [
-    ([0, 5, 20], [4, 10, 30], 1, [0, 20], [10, 30]),
-    ([0, 5, 20], [4, 10, 30], 0, [0, 5, 20], [4, 10, 30]),
-    ([0, 1, 2], [10, 3, 4], 0, [0], [10]),  # contained intervals
-    ([], [], 5, [], []),
-])
-def test_merge_close(starts, ends, gap, exp_s, exp_e):
-    s, e, first = merge_close(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64), gap)
-    assert list(s) == exp_s and list(e) == exp_e and len(first) == len(exp_s)

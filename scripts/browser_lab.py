@@ -1,0 +1,297 @@
+"""Run the lab's notebooks as a participant does: JupyterLab in headless Chromium, Run All Cells.
+
+    python scripts/browser_lab.py [00 01 07 | all] [--mode small] [--shots reports/browser]
+
+JupyterLab starts through scripts/jupyter_lab.py (what `make jupyter` runs) on a free local
+port; Debian's ``chromium`` and ``chromium-driver`` are driven with selenium (never a
+downloaded browser). For each notebook: open it, Run All Cells from the Run menu, wait for an
+idle kernel, then read what the page shows: code cells that ran, error and stderr outputs,
+images that did not load. tests/test_browser.py asserts on what :func:`run_notebook` returns.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jupyter_lab  # scripts/ is on sys.path: run as a script, or from tests (as run_lab is)
+
+ROOT = jupyter_lab.ROOT
+CHROMIUM = ("chromium", "chromium-browser")
+CHROMEDRIVER = ("chromedriver",)
+# Root in a container: no sandbox; no GPU, no network chatter, a fresh profile each time.
+CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1280,900")
+# JupyterLab would autosave the executed notebook over the committed one (outputs and all).
+# The news pop-up would cover the screenshots.
+LAB_SETTINGS = {"@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
+                "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"}}
+
+
+def missing() -> str | None:
+    """Why the browser run cannot happen here (None when it can)."""
+    for names, fix in ((CHROMIUM, "apt-get install chromium"), (CHROMEDRIVER, "apt-get install chromium-driver")):
+        if not any(shutil.which(n) for n in names):
+            return f"{names[0]} not found: {fix}"
+    for mod, fix in (("selenium", "pip install -e '.[test]'"), ("jupyterlab", "pip install -e '.[jupyter]'")):
+        try:
+            __import__(mod)
+        except ImportError:
+            return f"{mod} not installed: {fix}"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Lab:
+    """A running JupyterLab: its address, token and process."""
+
+    port: int
+    token: str
+    proc: subprocess.Popen
+    log: Path
+
+    def api(self, path: str):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/{path}?token={self.token}", timeout=10) as r:
+            return json.load(r)
+
+    def shut_down(self, name: str) -> None:
+        """End the kernels of ``name``'s sessions (each notebook's kernel would otherwise stay)."""
+        for s in self.api("sessions"):
+            if s.get("path", "").endswith(name):
+                req = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/sessions/{s['id']}?token={self.token}",
+                                             method="DELETE")
+                urllib.request.urlopen(req, timeout=30).close()
+
+    def url(self, path: str) -> str:
+        return jupyter_lab.url(port=self.port, ip="127.0.0.1", token=self.token, path=path)
+
+
+@contextlib.contextmanager
+def serve(*, mode: str = "small", reports: Path, notebook_dir: Path = jupyter_lab.NOTEBOOKS, timeout: float = 120):
+    """JupyterLab on a free local port, started as `make jupyter` starts it, with the runs'
+    reports under ``reports`` and a fresh workspace and settings folder (no autosave)."""
+    home = Path(tempfile.mkdtemp(prefix="labkit-jlab-"))
+    for name, value in LAB_SETTINGS.items():
+        (home / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / "settings" / name).write_text(json.dumps(value))
+    port, token = free_port(), os.urandom(16).hex()
+    env = jupyter_lab.lab_env(mode=mode)
+    env["LABKIT_REPORTS"] = str(reports)
+    # checkpoints too: opening a notebook writes notebooks/.ipynb_checkpoints/, which the test
+    # would (rightly) count as a file written outside reports/ and data/
+    extra = [f"--LabApp.user_settings_dir={home / 'settings'}", f"--LabApp.workspaces_dir={home / 'workspaces'}",
+             f"--FileCheckpoints.checkpoint_dir={home / 'checkpoints'}"]
+    log = home / "jupyterlab.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(jupyter_lab.command(port=port, token=token, notebook_dir=notebook_dir, extra=extra), env=env, cwd=ROOT,
+                                stdout=fh, stderr=subprocess.STDOUT)
+    lab = Lab(port, token, proc, log)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                lab.api("status")
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"JupyterLab did not start (exit {proc.poll()}):\n{log.read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield lab
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def chromium():
+    """A selenium driver of Debian's headless chromium with a fresh profile."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="labkit-chromium-")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = next(shutil.which(n) for n in CHROMIUM if shutil.which(n))
+    for flag in CHROME_FLAGS + (f"--user-data-dir={profile}",):
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(options=opts, service=Service(shutil.which(CHROMEDRIVER[0])))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@dataclass
+class Outcome:
+    """What the page showed after Run All: one entry per problem, empty lists when clean."""
+
+    notebook: str
+    seconds: float
+    code_cells: int
+    not_run: list[int] = field(default_factory=list)  # 1-based code-cell numbers without an execution count
+    errors: list[str] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+    broken_images: list[str] = field(default_factory=list)
+    timed_out: bool = False
+
+
+# Reads the visible notebook. JupyterLab 4 windows its cells with content-visibility, so text
+# comes from textContent (innerText is empty off-screen).
+_READ = """
+const nb = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook');
+if (!nb) return null;
+const cells = [...nb.querySelectorAll('.jp-CodeCell')];
+const text = (sel) => [...nb.querySelectorAll(sel)].map(e => e.textContent.trim().slice(0, 2000));
+// JupyterLab renders a traceback with the stderr mime type too; its first line is a rule of dashes
+const stderr = text('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]');
+const isError = (s) => /^-{20,}/.test(s) || s.includes('Traceback (most recent call last)');
+return {
+  prompts: cells.map(c => (c.querySelector('.jp-InputArea-prompt') || {textContent: ''}).textContent.trim()),
+  errors: stderr.filter(isError),
+  stderr: stderr.filter(s => !isError(s)),
+  images: [...nb.querySelectorAll('.jp-OutputArea-output img')].map(
+      i => [i.complete && i.naturalWidth > 0, (i.getAttribute('src') || '').slice(0, 60)]),
+};
+"""
+
+
+def _read(driver) -> dict | None:
+    return driver.execute_script(_READ)
+
+
+def _scroll_through(driver) -> None:
+    """Scroll the notebook to its end in steps, so windowed cells render their images; end on
+    the last output (what the screenshot shows)."""
+    driver.execute_script("""
+      const o = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer');
+      if (o) { o.scrollTop = 0; }""")
+    for _ in range(200):
+        if driver.execute_script("""
+          const o = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer');
+          if (!o) return true;
+          const before = o.scrollTop; o.scrollTop += o.clientHeight; return o.scrollTop === before;"""):
+            break
+        time.sleep(0.2)
+    driver.execute_script("""
+      const outs = document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output');
+      if (outs.length) { outs[outs.length - 1].scrollIntoView({block: 'end'}); }""")
+    time.sleep(1.0)
+
+
+def small_png(path: Path, colors: int = 64) -> None:
+    """Rewrite a screenshot with a 64-colour palette: a quarter of the bytes, still legible."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        small = im.convert("RGB").quantize(colors=colors)
+    small.save(path, optimize=True)
+
+
+def _kernel_idle(lab: Lab, name: str) -> bool:
+    sessions = [s for s in lab.api("sessions") if s.get("path", "").endswith(name)]
+    return bool(sessions) and all(s["kernel"]["execution_state"] == "idle" for s in sessions)
+
+
+def _wait(cond, timeout: float, step: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(step)
+    return None
+
+
+def run_notebook(driver, lab: Lab, name: str, *, timeout: float = 900, shot: Path | None = None) -> Outcome:
+    """Open ``notebooks/<name>``, Run All Cells, wait for the kernel to go idle; report the page."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(lab.url(f"lab/tree/{name}") + "&reset")  # reset: no tabs restored from a workspace
+    if not _wait(lambda: (_read(driver) or {}).get("prompts") and _kernel_idle(lab, name), 120):
+        raise RuntimeError(f"{name}: the notebook or its kernel did not come up in JupyterLab within 120 s")
+    t0 = time.monotonic()
+    menu = next(e for e in driver.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-itemLabel") if e.text == "Run")
+    menu.click()
+    _wait(lambda: driver.find_elements(By.CSS_SELECTOR, 'li.lm-Menu-item[data-command="runmenu:run-all"]'), 10,
+          0.2)[0].click()
+
+    def finished():
+        page = _read(driver)
+        # the kernel goes idle between cells: done when idle and no cell is queued or running
+        return page if page and not any("*" in p for p in page["prompts"]) and _kernel_idle(lab, name) else None
+
+    time.sleep(2)
+    page = _wait(lambda: _wait(finished, 1, 0.5) and _wait(finished, 3, 3), timeout, 2)  # idle twice, 3 s apart
+    seconds = time.monotonic() - t0
+    _scroll_through(driver)
+    page = _read(driver) or {"prompts": [], "errors": [], "stderr": [], "images": []}
+    if shot:
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        # the notebook panel alone (no file browser), at the end of the notebook
+        driver.find_element(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden)").screenshot(str(shot))
+        small_png(shot)
+    lab.shut_down(name)
+    prompts = page["prompts"]
+    return Outcome(notebook=name, seconds=round(seconds, 1), code_cells=len(prompts),
+                   not_run=[i + 1 for i, p in enumerate(prompts) if not any(ch.isdigit() for ch in p)],
+                   errors=page["errors"], stderr=page["stderr"],
+                   broken_images=[src for ok, src in page["images"] if not ok],
+                   timed_out=seconds >= timeout)
+
+
+def notebooks(which: list[str]) -> list[str]:
+    """Notebook file names for prefixes like ``00`` (or ``all``), in lab order."""
+    names = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    if not which or which == ["all"]:
+        return names
+    picked = [n for n in names if n[:2] in which]
+    unknown = set(which) - {n[:2] for n in picked}
+    if unknown:
+        raise SystemExit(f"browser_lab: no notebook numbered {sorted(unknown)}; have {[n[:2] for n in names]}")
+    return picked
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("which", nargs="*", default=["all"], help="notebook numbers (00 01 ...) or all")
+    p.add_argument("--mode", default="small", choices=jupyter_lab.MODES)
+    p.add_argument("--shots", type=Path, default=ROOT / "reports" / "browser")
+    p.add_argument("--reports", type=Path, default=None, help="LABKIT_REPORTS for the runs (default: a temp folder)")
+    args = p.parse_args(argv)
+    why = missing()
+    if why:
+        print(f"browser_lab: {why}", file=sys.stderr)
+        return 2
+    reports = args.reports or Path(tempfile.mkdtemp(prefix="labkit-browser-reports-"))
+    bad = 0
+    with serve(mode=args.mode, reports=reports) as lab, chromium() as driver:
+        for name in notebooks(args.which):
+            out = run_notebook(driver, lab, name, shot=args.shots / f"{name[:-6]}.png")
+            bad += bool(out.not_run or out.errors or out.stderr or out.broken_images or out.timed_out)
+            print(json.dumps(out.__dict__), flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Start JupyterLab on the lab's notebooks the way workshops need it (`make jupyter` runs this).
+
+    python scripts/jupyter_lab.py [--port 8888] [--ip 127.0.0.1] [--mode small|full]
+
+- runs as root (workshop containers and cloud VMs usually do) by adding ``--allow-root``;
+- the notebooks read ``LABKIT_MODE``: ``--mode`` (or ``MODE=`` through make) sets it;
+- the token is ``$JUPYTER_TOKEN`` (Jupyter's standard variable), else a fresh random one;
+- prints the URL with its token on one line, the line to paste into a browser.
+
+The browser test (tests/test_browser.py) starts JupyterLab through :func:`command` and
+:func:`lab_env`, so what it tests is what `make jupyter` runs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+MODES = ("small", "full")
+
+
+def command(*, port: int, ip: str = "127.0.0.1", token: str, notebook_dir: Path = NOTEBOOKS,
+            extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The ``jupyter lab`` command line (JupyterLab of this interpreter's environment)."""
+    argv = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ip={ip}", f"--port={port}",
+            "--port-retries=0",  # a taken port is an error, not a silent move to another port
+            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={notebook_dir}"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        argv.append("--allow-root")
+    return argv + list(extra)
+
+
+def lab_env(*, mode: str | None, base: dict | None = None) -> dict[str, str]:
+    """Environment for the server and its kernels: ``LABKIT_MODE`` set when a mode is given."""
+    env = dict(os.environ if base is None else base)
+    if mode:
+        if mode not in MODES:
+            raise SystemExit(f"jupyter_lab: mode {mode!r} is not one of {MODES}: use MODE=small or MODE=full")
+        env["LABKIT_MODE"] = mode
+    return env
+
+
+def url(*, port: int, ip: str, token: str, path: str = "lab") -> str:
+    """The address to open; for a server on every interface, this machine's name."""
+    host = socket.gethostname() if ip in ("0.0.0.0", "::", "") else ip
+    return f"http://{host}:{port}/{path}?token={token}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--port", type=int, default=int(os.environ.get("PORT") or 8888))
+    p.add_argument("--ip", default=os.environ.get("IP") or "127.0.0.1",
+                   help="interface to listen on (0.0.0.0: every interface; keep the token secret)")
+    p.add_argument("--mode", default=os.environ.get("LABKIT_MODE") or None, help="small or full (sets LABKIT_MODE)")
+    args = p.parse_args(argv)
+    try:
+        import jupyterlab  # noqa: F401
+    except ImportError:
+        print("jupyter_lab: JupyterLab is not installed: pip install -e '.[jupyter]' (make jupyter does)",
+              file=sys.stderr)
+        return 2
+    token = os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(24)
+    env = lab_env(mode=args.mode)
+    env["JUPYTER_TOKEN"] = token
+    print(f"JupyterLab ({env.get('LABKIT_MODE', 'full')} mode) at: {url(port=args.port, ip=args.ip, token=token)}",
+          flush=True)
+    try:
+        return subprocess.call(command(port=args.port, ip=args.ip, token=token), env=env, cwd=ROOT)
+    except KeyboardInterrupt:  # Ctrl-C stops the server; its own shutdown message is enough
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

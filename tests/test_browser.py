@@ -1,0 +1,148 @@
+"""The lab as a participant meets it: `make jupyter`'s JupyterLab, Run All in headless Chromium.
+
+Skipped with the reason where chromium, chromium-driver, selenium or JupyterLab are absent;
+CI sets LABKIT_REQUIRE_BROWSER=1 so that absence fails instead. CI runs the notebooks in
+LABKIT_BROWSER_NOTEBOOKS (default ``00 01 07``); `make browser` runs them all.
+
+07 summarizes the ledger that 00..06 fill. Running 02..06 in a browser takes most of the full
+lab's time, so when they are not all in the run, the ledger starts as the committed CPU reference
+ledger (reports/reference/cpu-2core/): 07 then draws the whole lab's table, with 01's fresh
+baseline row appended to it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))  # the launcher and the driver are scripts, not a package
+import browser_lab  # noqa: E402
+import jupyter_lab  # noqa: E402
+
+pytestmark = pytest.mark.browser
+WHICH = os.environ.get("LABKIT_BROWSER_NOTEBOOKS", "00 01 07").split()
+REFERENCE_LEDGER = ROOT / "reports" / "reference" / "cpu-2core" / "ledger.reference.jsonl"
+# Files a run may write: its reports and the sample video; Python's bytecode cache is its own.
+ALLOWED = ("reports", "data", ".git")
+
+
+def _why_not() -> str | None:
+    why = browser_lab.missing()
+    if why and os.environ.get("LABKIT_REQUIRE_BROWSER"):  # set by .ci/run: CI must run this test
+        pytest.fail(f"LABKIT_REQUIRE_BROWSER is set but {why}", pytrace=False)
+    return why
+
+
+def _snapshot() -> dict[str, tuple[int, int]]:
+    snap = {}
+    for dirpath, dirnames, files in os.walk(ROOT):
+        rel = Path(dirpath).relative_to(ROOT)
+        if rel.parts and rel.parts[0] in ALLOWED + (".venv",):
+            dirnames[:] = []
+            continue
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for f in files:
+            st = (Path(dirpath) / f).stat()
+            snap[str(rel / f)] = (st.st_mtime_ns, st.st_size)
+    return snap
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    why = _why_not()
+    if why:
+        pytest.skip(why)
+    reports = tmp_path_factory.mktemp("reports")
+    names = browser_lab.notebooks(WHICH)
+    if any(n.startswith("07") for n in names) and len(names) < len(browser_lab.notebooks(["all"])):
+        shutil.copy(REFERENCE_LEDGER, reports / "ledger.jsonl")
+    with browser_lab.serve(mode="small", reports=reports) as lab:
+        yield lab
+
+
+def test_launcher_command_as_make_jupyter_runs_it():
+    argv = jupyter_lab.command(port=8899, ip="0.0.0.0", token="t0k")
+    assert argv[1:3] == ["-m", "jupyterlab"] and "--port=8899" in argv and "--ip=0.0.0.0" in argv
+    assert "--IdentityProvider.token=t0k" in argv and ("--allow-root" in argv) == (os.geteuid() == 0)
+    assert jupyter_lab.lab_env(mode="small", base={})["LABKIT_MODE"] == "small"
+    assert "LABKIT_MODE" not in jupyter_lab.lab_env(mode=None, base={})
+    with pytest.raises(SystemExit, match="MODE=small"):
+        jupyter_lab.lab_env(mode="tiny", base={})
+
+
+def test_make_jupyter_prints_one_url_with_the_token(tmp_path):
+    """`make jupyter`'s script, as root where the test runs as root: serves, honours JUPYTER_TOKEN."""
+    if browser_lab.missing() and "jupyterlab" in browser_lab.missing():
+        pytest.skip(browser_lab.missing())
+    port = browser_lab.free_port()
+    env = dict(os.environ, JUPYTER_TOKEN="secret-token-123", JUPYTER_RUNTIME_DIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "scripts/jupyter_lab.py", "--port", str(port), "--mode", "small"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == f"JupyterLab (small mode) at: http://127.0.0.1:{port}/lab?token=secret-token-123"
+        api = f"http://127.0.0.1:{port}/api/status?token=secret-token-123"
+        for _ in range(120):
+            try:
+                with urllib.request.urlopen(api, timeout=5) as r:
+                    assert "started" in json.load(r)
+                break
+            except OSError:
+                assert proc.poll() is None, "JupyterLab exited"
+                __import__("time").sleep(0.5)
+        else:
+            pytest.fail("JupyterLab did not answer within 60 s")
+        with pytest.raises(urllib.error.HTTPError, match="403"):  # the token is required
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/sessions", timeout=5)
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+@pytest.mark.parametrize("name", browser_lab.notebooks(WHICH), ids=lambda n: n[:2])
+def test_run_all_in_the_browser(lab, name):
+    with browser_lab.chromium() as driver:
+        before = _snapshot()
+        out = browser_lab.run_notebook(driver, lab, name, shot=ROOT / "reports" / "browser" / f"{name[:-6]}.png")
+        after = _snapshot()
+    print(json.dumps(out.__dict__))
+    assert not out.timed_out, f"{name}: still running after {out.seconds} s"
+    assert out.code_cells and not out.not_run, f"{name}: code cells {out.not_run} did not run"
+    assert out.errors == [], f"{name}: error output: {out.errors}"
+    assert out.stderr == [], f"{name}: stderr output: {out.stderr}"
+    assert out.broken_images == [], f"{name}: images that did not load: {out.broken_images}"
+    written = sorted(k for k in after.keys() | before.keys() if before.get(k) != after.get(k))
+    assert written == [], f"{name}: files written outside reports/ and data/: {written}"
+
+
+def test_the_page_reading_sees_stderr_errors_and_cells_not_run(tmp_path):
+    """The checks can fail: a notebook that writes to stderr, draws an image, then raises."""
+    why = _why_not()
+    if why:
+        pytest.skip(why)
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import sys; print('a warning line', file=sys.stderr)"),
+        nbformat.v4.new_code_cell("from matplotlib.figure import Figure\nfig = Figure(figsize=(2, 1))\n"
+                                  "fig.subplots().plot([0, 1])\nfig"),
+        nbformat.v4.new_code_cell("raise ValueError('the cell failed')"),
+        nbformat.v4.new_code_cell("print('never runs')"),
+    ])
+    # without a kernelspec JupyterLab asks which kernel to start
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "probe.ipynb")
+    with browser_lab.serve(mode="small", reports=tmp_path / "reports", notebook_dir=tmp_path) as lab, \
+            browser_lab.chromium() as driver:
+        out = browser_lab.run_notebook(driver, lab, "probe.ipynb", timeout=120)
+    assert out.code_cells == 4 and out.not_run == [4]
+    assert out.stderr == ["a warning line"]
+    assert len(out.errors) == 1 and "ValueError: the cell failed" in out.errors[0]
+    assert out.broken_images == [] and not out.timed_out
