@@ -188,14 +188,14 @@ class Reports:
         ranks' instances together (one row per domain/name/style; needs the nvtx frame)."""
         if not merged:
             return self._summaries["nvtx_summary"]
-        return self._merged_report().nvtx_summary()
+        return self._merged_report("nvtx").nvtx_summary()
 
     def kernel_summary(self, *, merged: bool = False) -> pd.DataFrame:
         """Kernels as ``cuda_gpu_kern_sum``: per rank (``rank`` column) or, ``merged``, all ranks'
         instances together (needs the kernels frame)."""
         if not merged:
             return self._summaries["kernel_summary"]
-        return self._merged_report().kernel_summary()
+        return self._merged_report("kernels").kernel_summary()
 
     def merged_stage_table(self) -> pd.DataFrame:
         """All ranks as one: per stage, instances, items, cpu_ms, gpu_ms and threads summed over the
@@ -254,10 +254,12 @@ class Reports:
             parts[name] = part
         return Report.from_frames(**parts, path=self.paths[rank], meta={"rank": rank})
 
-    def _merged_report(self):
-        """All ranks' event rows in one Report, for summaries over all instances together."""
+    def _merged_report(self, needs: str):
+        """All ranks' event rows in one Report, for summaries over all instances together (``needs``:
+        the frame the summary reads; a frame not kept would otherwise read as empty)."""
         from labkit.report import Report
 
+        self.frame(needs)
         parts = {n: df.drop(columns="rank") for n, df in self._frames.items()}
         return Report.from_frames(**parts, path=f"{len(self.ranks)} ranks")
 
@@ -331,6 +333,7 @@ def plot_rank_timeline(reports: Reports, *, ranks: Sequence[int] | None = None, 
     ranks = list(reports.ranks if ranks is None else ranks)
     if not ranks:
         raise RanksError("no ranks to draw: pass ranks=None for all, or some of reports.ranks")
+    reports.frame("nvtx")  # the bands are its ranges: without it they would be silently empty
     reps = [reports.report(r, aligned=True) for r in ranks]
     if window is None:
         spans = [(df["start_ns"].min(), df["end_ns"].max()) for rep in reps

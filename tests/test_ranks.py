@@ -118,6 +118,18 @@ def test_ranks_from_names_env_or_position(tmp_path):
         _quiet_load(EXPORTS, processes=1).cuda_api()
 
 
+def test_frames_not_kept_are_named_not_empty():
+    lean = _quiet_load(EXPORTS, processes=1, frames=("nvtx",))
+    assert lean.nvtx_summary(merged=True)["instances"].sum() == 26  # 13 ranges per rank
+    assert len(lean.kernel_summary()) == 0  # per-rank summaries are always kept
+    with pytest.raises(RanksError, match=r"frame 'kernels' was not kept.*frames=\(\.\.\., 'kernels'\)"):
+        lean.kernel_summary(merged=True)
+    with pytest.raises(RanksError, match="frame 'nvtx' was not kept"):
+        plot_rank_timeline(_quiet_load(EXPORTS, processes=1, frames=()))
+    with pytest.raises(RanksError, match="unknown frame 'gpu'"):
+        load_reports(EXPORTS, frames=("gpu",))
+
+
 def test_rank_from_recorded_environment(tmp_path):
     # a real nsys 2025.3 export records the environment; add the RANK torchrun would have set
     db = tmp_path / "pipeline.sqlite"
