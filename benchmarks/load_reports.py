@@ -6,7 +6,7 @@ that many in a fresh Python process (so each peak memory figure is its own) with
 and, for comparison, in one process. Each run also checks the result: ranks 0..N-1 and merged
 NVTX instances equal to N times one report's.
 
-    python benchmarks/load_reports.py [--counts 1,8,64] [--source EXPORT] [--processes N]
+    python benchmarks/load_reports.py [--counts 1,8,64] [--source EXPORT] [--processes N] [--frames nvtx]
 
 Prints one line per (count, processes): wall seconds, ms per report, the parent's peak RSS and
 the largest worker's peak RSS.
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "tests" / "fixtures" / "pipeline.nsys2022.4.sqlite"
 
 
-def measure(folder: Path, count: int, processes: int | None) -> dict:
+def measure(folder: Path, count: int, processes: int | None, frames: tuple[str, ...]) -> dict:
     """Load ``count`` copies from ``folder`` in this process; wall time, peak RSS and a check."""
     import labkit.analysis  # noqa: F401  imported before timing: the figures are loading, not imports
     from labkit.ranks import load_reports
@@ -38,7 +38,7 @@ def measure(folder: Path, count: int, processes: int | None) -> dict:
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        reps = load_reports(paths, processes=processes)
+        reps = load_reports(paths, processes=processes, frames=frames)
     wall = time.perf_counter() - t0
     merged = int(reps.nvtx_summary(merged=True)["instances"].sum())
     one = int(reps.nvtx_summary().query("rank == 0")["instances"].sum())
@@ -54,22 +54,25 @@ def main(argv=None) -> int:
     ap.add_argument("--counts", default="1,8,64", help="numbers of reports, comma-separated")
     ap.add_argument("--source", type=Path, default=SOURCE, help="the export to copy")
     ap.add_argument("--processes", type=int, default=None, help="pool size (default: one per core)")
+    ap.add_argument("--frames", default="nvtx,kernels,memcpy,memset", help="event frames to keep (load_reports frames=)")
     ap.add_argument("--one", nargs=3, metavar=("FOLDER", "COUNT", "PROCESSES"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:  # a child: one measurement, as JSON
         folder, count, procs = args.one
-        print(json.dumps(measure(Path(folder), int(count), int(procs) or None)))
+        frames = tuple(f for f in args.frames.split(",") if f)
+        print(json.dumps(measure(Path(folder), int(count), int(procs) or None, frames)))
         return 0
     counts = [int(c) for c in args.counts.split(",")]
     print(f"source: {args.source} ({args.source.stat().st_size / 2**10:.0f} KiB); machine: {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.1f}")
+          f"load average {os.getloadavg()[0]:.1f}; frames kept: {args.frames or 'none'}")
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with tempfile.TemporaryDirectory() as td:
         for r in range(max(counts)):
             shutil.copyfile(args.source, Path(td) / f"rep_{r}.sqlite")
         for count in counts:
             for procs in ([args.processes or 0, 1] if count > 1 else [1]):
-                out = subprocess.run([sys.executable, __file__, "--one", td, str(count), str(procs)],
+                out = subprocess.run([sys.executable, __file__, "--frames", args.frames, "--one", td, str(count),
+                                      str(procs)],
                                      capture_output=True, text=True, env=env)
                 if out.returncode != 0:
                     print(f"{count} reports: FAILED\n{out.stderr[-2000:]}")

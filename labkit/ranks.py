@@ -309,7 +309,9 @@ def load_reports(paths, *, processes: int | None = None, frames: Sequence[str] =
                          for r, p, d in zip(got, paths, loaded)])
     epoch = pd.to_numeric(meta["capture_epoch_ns"], errors="coerce")
     meta.insert(4, "offset_ns", (epoch - epoch.min()).fillna(0).astype("int64"))
-    kept = {f: _with_rank([d["frames"][f] for d in loaded], got) for f in frames}
+    kept = {}
+    for f in frames:  # one kind at a time, each rank's part dropped once joined: peak ~ kept frames + one kind
+        kept[f] = _with_rank([d["frames"].pop(f) for d in loaded], got)
     summaries = {s: _with_rank([d["summaries"][s] for d in loaded], got) for s in _SUMMARIES}
     return Reports(ranks=got, paths=dict(zip(got, paths)), meta=meta, _frames=kept, _summaries=summaries,
                    warnings=notes)

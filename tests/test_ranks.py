@@ -130,6 +130,13 @@ def test_frames_not_kept_are_named_not_empty():
         load_reports(EXPORTS, frames=("gpu",))
 
 
+def test_unreadable_report_is_named(tmp_path):
+    bad = tmp_path / "run_1.sqlite"
+    bad.write_text("not a report")
+    with pytest.raises(LabkitError, match=r"run_1.sqlite is neither an Nsight Systems report"):
+        _quiet_load([EXPORTS[0], bad], processes=2)
+
+
 def test_rank_from_recorded_environment(tmp_path):
     # a real nsys 2025.3 export records the environment; add the RANK torchrun would have set
     db = tmp_path / "pipeline.sqlite"
