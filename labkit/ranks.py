@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -124,6 +125,21 @@ def _assign_ranks(paths: list[Path], env_ranks: list[int | None]) -> list[int]:
     return found
 
 
+def _merge_stages(st: pd.DataFrame) -> pd.DataFrame:
+    """Per-rank stage tables (with ``rank``) summed into one; see :meth:`Reports.stage_table`."""
+    wall_ms = (st["cpu_ms"] / st["wall_share"]).groupby(st["rank"]).max()
+    g = st.groupby("stage", sort=False)
+    out = g[["instances", "items", "cpu_ms", "gpu_ms", "threads"]].sum()
+    out["ranks"] = g["rank"].nunique()
+    out["cpu_ms_per_instance"] = out["cpu_ms"] / out["instances"]
+    per = out["items"].where(out["items"] > 0)
+    out["cpu_ms_per_item"] = out["cpu_ms"] / per
+    out["gpu_ms_per_item"] = out["gpu_ms"] / per
+    out["wall_share"] = out["cpu_ms"] / wall_ms.sum() if wall_ms.sum() else np.nan
+    cols = [c for c in st.columns if c != "rank"] + ["ranks"]
+    return out.reset_index().sort_values("cpu_ms", ascending=False, ignore_index=True)[cols]
+
+
 @dataclass(eq=False)
 class Reports:
     """Per-rank reports of one run. Frames are on each report's own clock (ns); ``offsets_ns`` puts
@@ -179,9 +195,13 @@ class Reports:
         """CUDA API calls of every rank (kept only with ``frames=(..., "cuda_api")``)."""
         return self.frame("cuda_api")
 
-    def stage_table(self) -> pd.DataFrame:
-        """Per rank, the stage table of its report: ``rank`` + stage, instances, items, cpu_ms, ..."""
-        return self._summaries["stage_table"]
+    def stage_table(self, *, merged: bool = False) -> pd.DataFrame:
+        """Stage table (see :func:`labkit.analysis.stage_table`) per rank: ``rank`` + stage, instances,
+        items, cpu_ms, ...; or, ``merged``, all ranks as one: instances, items, cpu_ms, gpu_ms and
+        threads summed over the ranks, per-instance and per-item ms recomputed, wall_share = cpu_ms
+        over the ranks' wall spans summed, and ``ranks`` (how many ranks ran the stage)."""
+        st = self._summaries["stage_table"]
+        return _merge_stages(st) if merged else st
 
     def nvtx_summary(self, *, merged: bool = False) -> pd.DataFrame:
         """NVTX ranges as ``nsys stats -r nvtx_sum``: per rank (``rank`` column) or, ``merged``, all
@@ -196,23 +216,6 @@ class Reports:
         if not merged:
             return self._summaries["kernel_summary"]
         return self._merged_report("kernels").kernel_summary()
-
-    def merged_stage_table(self) -> pd.DataFrame:
-        """All ranks as one: per stage, instances, items, cpu_ms, gpu_ms and threads summed over the
-        ranks; per-instance and per-item ms recomputed; wall_share = cpu_ms over the ranks' wall
-        spans summed; ranks = how many ranks ran the stage."""
-        st = self.stage_table()
-        wall_ms = (st["cpu_ms"] / st["wall_share"]).groupby(st["rank"]).max()
-        g = st.groupby("stage", sort=False)
-        out = g[["instances", "items", "cpu_ms", "gpu_ms", "threads"]].sum()
-        out["ranks"] = g["rank"].nunique()
-        out["cpu_ms_per_instance"] = out["cpu_ms"] / out["instances"]
-        per = out["items"].where(out["items"] > 0)
-        out["cpu_ms_per_item"] = out["cpu_ms"] / per
-        out["gpu_ms_per_item"] = out["gpu_ms"] / per
-        out["wall_share"] = out["cpu_ms"] / wall_ms.sum() if wall_ms.sum() else np.nan
-        cols = [c for c in st.columns if c != "rank"] + ["ranks"]
-        return out.reset_index().sort_values("cpu_ms", ascending=False, ignore_index=True)[cols]
 
     def imbalance(self, *, metric: str = "cpu_ms") -> pd.DataFrame:
         """Per stage, the slowest rank against the fastest, by ``metric`` of the stage table.
@@ -376,9 +379,24 @@ def _error_line(log_dir: Path, rank: int) -> str:
     return (errors or lines or ["(empty stderr)"])[-1]
 
 
+def _stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM the process group of ``proc`` (nsys then writes what it has), SIGKILL it after ``grace_s``."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=("cuda", "nvtx"),
                   nsys_args: Sequence[str] = (), env: dict | None = None, overwrite: bool = False,
-                  torchrun_args: Sequence[str] = (), processes: int | None = None, nsys: str | None = None) -> Reports:
+                  torchrun_args: Sequence[str] = (), timeout_s: float | None = None, processes: int | None = None,
+                  nsys: str | None = None) -> Reports:
     """Run ``command`` under torchrun with one nsys per rank, export each report and load them all.
 
     Runs ``python -m torch.distributed.run --standalone --nproc-per-node N --no-python nsys profile ...
@@ -392,6 +410,7 @@ def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=("cuda",
         trace, nsys_args: as :func:`labkit.nsys.profile`; env: extra environment variables.
         torchrun_args: more torchrun options, e.g. ``["--master-port", "29600"]``.
         overwrite: replace this name's earlier reports.
+        timeout_s: stop every rank (and nsys) after this long, e.g. when one rank hangs in a collective.
     Returns: :class:`Reports` of the ``nproc`` ranks.
     Raises: NsysNotFoundError, ReportExistsError, RankFailedError (naming the failed rank and its
         error line), NsysError.
@@ -425,7 +444,19 @@ def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=("cuda",
     with open(log, "w") as logf:
         logf.write(f"# {shlex.join(argv)}\n")
         logf.flush()
-        proc = subprocess.run(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=run_env)
+        # its own process group, so that a timeout or an interrupt stops torchrun, nsys and every rank
+        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=run_env,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop_group(proc)
+            raise RankFailedError(f"the {nproc} ranks did not finish in {timeout_s:g} s and were stopped (a rank "
+                                  f"hung, e.g. waiting in a collective?): see the ranks' logs in {log_dir} and "
+                                  f"{log}, or raise timeout_s") from None
+        except BaseException:  # KeyboardInterrupt in a notebook: leave no rank running
+            _stop_group(proc)
+            raise
     output = log.read_text(errors="replace")
     if proc.returncode != 0:
         failed = _failed_ranks(output)

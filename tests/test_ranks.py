@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -78,7 +80,7 @@ def test_merged_summaries_equal_sum_of_ranks(reps):
     both = _nsys_csv(0)["Total Time (ns)"] + _nsys_csv(1)["Total Time (ns)"]
     assert merged["total_ns"].to_dict() == both.to_dict()
     assert merged.loc["compute", "instances"] == 8
-    stages = reps.merged_stage_table().set_index("stage")
+    stages = reps.stage_table(merged=True).set_index("stage")
     per_stage = reps.stage_table().groupby("stage")
     assert stages["instances"].to_dict() == per_stage["instances"].sum().to_dict()
     assert np.allclose(stages["cpu_ms"], per_stage["cpu_ms"].sum()[stages.index])
@@ -204,3 +206,14 @@ def test_profile_ranks_names_the_failed_rank(tmp_path):
     cmd = [sys.executable, str(FIX / "ranks.py")]
     with pytest.raises(RankFailedError, match=r"^rank 1 failed: RuntimeError: rank 1 failed on purpose"):
         profile_ranks(cmd, nproc=2, name="f", outdir=tmp_path, env={"RANKS_FAIL_RANK": "1"})
+
+
+@pytest.mark.nsys
+def test_profile_ranks_stops_a_hung_rank(tmp_path):
+    cmd = [sys.executable, str(FIX / "ranks.py"), str(tmp_path)]  # the extra argument marks this run's ranks
+    t0 = time.monotonic()
+    with pytest.raises(RankFailedError, match=r"did not finish in 20 s and were stopped"):
+        profile_ranks(cmd, nproc=2, name="h", outdir=tmp_path, env={"RANKS_HANG_RANK": "0"}, timeout_s=20)
+    assert time.monotonic() - t0 < 60
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert left == []  # no rank, nsys or torchrun of this run is still running
