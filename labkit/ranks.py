@@ -41,6 +41,7 @@ _DEFAULT_FRAMES = ("nvtx", "kernels", "memcpy", "memset")  # cuda_api is large a
 _SUMMARIES = ("stage_table", "nvtx_summary", "kernel_summary")
 # "run_3", "run-3", "run.rank3", "run_rank_3" (nsys's %q{RANK} after a separator); not "x.nsys2022.4"
 _RANK_NAME = re.compile(r"(?:[_-]|rank[_-]?)(\d+)$", re.IGNORECASE)
+_ENV_RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")  # launchers' rank variables
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure)\b.*")
 
 
@@ -64,18 +65,20 @@ def rank_from_name(path) -> int | None:
 
 
 def _rank_from_env(db_path: Path) -> int | None:
-    """RANK of the profiled process from the export's recorded environment (nsys 2023+), or None."""
+    """Rank of the profiled process from the export's recorded environment (nsys 2025.3 records it,
+    2022.4 does not): torchrun's RANK, else Open MPI's, PMI's or Slurm's; None when absent."""
     try:
         con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
         try:
-            row = con.execute("SELECT value FROM META_DATA_CAPTURE WHERE name = 'PROCESS_0:ENVIRONMENT_VARIABLE' "
-                              "AND value LIKE 'RANK=%' LIMIT 1").fetchone()
+            rows = con.execute("SELECT value FROM META_DATA_CAPTURE WHERE name = 'PROCESS_0:ENVIRONMENT_VARIABLE' "
+                               "AND (value GLOB '*RANK=*' OR value GLOB 'SLURM_PROCID=*')").fetchall()
         finally:
             con.close()
     except sqlite3.Error:  # 2022.4 exports have no META_DATA_CAPTURE: no environment to read
         return None
-    m = re.fullmatch(r'RANK="?(\d+)"?', row[0]) if row else None
-    return int(m.group(1)) if m else None
+    env = dict(m.groups() for (v,) in rows if (m := re.fullmatch(r'(\w+)="?(\d+)"?', v)))
+    found = [env[k] for k in _ENV_RANK_VARS if k in env]
+    return int(found[0]) if found else None
 
 
 def _summaries(rep) -> dict[str, pd.DataFrame]:

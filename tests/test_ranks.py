@@ -145,10 +145,21 @@ def test_rank_from_recorded_environment(tmp_path):
     shutil.copy(FIX / "pipeline.nsys2025.3.sqlite", db)
     assert _rank_from_env(db) is None
     con = sqlite3.connect(db)
+    con.execute("INSERT INTO META_DATA_CAPTURE (name, value) VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', "
+                "'SLURM_PROCID=\"5\"')")
+    con.commit()
+    assert _rank_from_env(db) == 5
     con.execute("INSERT INTO META_DATA_CAPTURE (name, value) VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', 'RANK=\"3\"')")
     con.commit()
     con.close()
-    assert _rank_from_env(db) == 3
+    assert _rank_from_env(db) == 3  # torchrun's RANK before Slurm's process id
+    other = tmp_path / "b.sqlite"  # names without ranks: load_reports takes the recorded RANK
+    shutil.copy(db, other)
+    con = sqlite3.connect(other)
+    con.execute("UPDATE META_DATA_CAPTURE SET value = 'RANK=\"0\"' WHERE value = 'RANK=\"3\"'")
+    con.commit()
+    con.close()
+    assert _quiet_load([db, other], processes=2).paths == {0: other, 3: db}
     assert _rank_from_env(EXPORTS[0]) is None  # 2022.4 exports record no environment
 
 
