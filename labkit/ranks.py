@@ -4,8 +4,7 @@
 sends back its frames and its per-rank summaries), tags every row with its ``rank`` and keeps
 them together in :class:`Reports`: frames of all ranks, per-rank and merged summaries, the
 imbalance between ranks per stage, and a timeline with one band per rank
-(:func:`plot_rank_timeline`). ``profile_ranks`` runs a command under ``torchrun`` with one nsys
-per rank (``-o NAME_%q{RANK}``), exports each report and loads them.
+(:func:`plot_rank_timeline`). :func:`labkit.ranks_profile.profile_ranks` makes such reports.
 
 This module uses only the public report API (``load_report``, ``Report.from_frames``, the three
 summaries in :func:`_summaries`), so the report layer can change underneath it.
@@ -14,12 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -29,11 +23,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from labkit.env import find_nsys, reports_dir
-from labkit.errors import LabkitError, output_tail
+from labkit.errors import LabkitError
 
-__all__ = ["load_reports", "profile_ranks", "plot_rank_timeline", "Reports", "RanksError", "RankFailedError",
-           "rank_from_name", "FRAMES"]
+__all__ = ["load_reports", "plot_rank_timeline", "Reports", "RanksError", "rank_from_name", "FRAMES"]
 
 FRAMES = ("nvtx", "kernels", "memcpy", "memset", "cuda_api")
 """Event frames a Report has; ``load_reports(frames=...)`` keeps a subset of them."""
@@ -42,15 +34,10 @@ _SUMMARIES = ("stage_table", "nvtx_summary", "kernel_summary")
 # "run_3", "run-3", "run.rank3", "run_rank_3" (nsys's %q{RANK} after a separator); not "x.nsys2022.4"
 _RANK_NAME = re.compile(r"(?:[_-]|rank[_-]?)(\d+)$", re.IGNORECASE)
 _ENV_RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")  # launchers' rank variables
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure)\b.*")
 
 
 class RanksError(LabkitError):
     """Per-rank reports that cannot be put together (unknown or repeated ranks, none given)."""
-
-
-class RankFailedError(LabkitError):
-    """A rank of a profiled distributed run failed; the message names the rank and its error line."""
 
 
 def rank_from_name(path) -> int | None:
@@ -363,116 +350,3 @@ def plot_rank_timeline(reports: Reports, *, ranks: Sequence[int] | None = None, 
     fig.tight_layout()
     return fig
 
-
-def _failed_ranks(output: str) -> list[int]:
-    """Ranks that torchrun reports as failed, root cause first."""
-    root = output.split("Root Cause", 1)
-    found = [int(m) for part in root[::-1] for m in re.findall(r"^\s*rank\s*:\s*(\d+)", part, re.MULTILINE)]
-    return list(dict.fromkeys(found))
-
-
-def _error_line(log_dir: Path, rank: int) -> str:
-    """The last exception line of a rank's stderr (torchrun's per-rank log), else its last line."""
-    logs = sorted(log_dir.glob(f"*/attempt_*/{rank}/stderr.log"), key=lambda p: p.stat().st_mtime)
-    if not logs:
-        return "(no log of this rank)"
-    lines = [re.sub(r"^\[rank\d+\]:\s?", "", ln).strip() for ln in logs[-1].read_text(errors="replace").splitlines()]
-    lines = [ln for ln in lines if ln]
-    errors = [ln for ln in lines if _EXCEPTION_LINE.match(ln)]
-    return (errors or lines or ["(empty stderr)"])[-1]
-
-
-def _stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
-    """SIGTERM the process group of ``proc`` (nsys then writes what it has), SIGKILL it after ``grace_s``."""
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=("cuda", "nvtx"),
-                  nsys_args: Sequence[str] = (), env: dict | None = None, overwrite: bool = False,
-                  torchrun_args: Sequence[str] = (), timeout_s: float | None = None, processes: int | None = None,
-                  nsys: str | None = None) -> Reports:
-    """Run ``command`` under torchrun with one nsys per rank, export each report and load them all.
-
-    Runs ``python -m torch.distributed.run --standalone --nproc-per-node N --no-python nsys profile ...
-    -o OUTDIR/NAME_%q{RANK} COMMAND``, so each rank writes ``NAME_<rank>.nsys-rep`` (and ``.sqlite``);
-    torchrun's own output goes to ``NAME.log`` and each rank's to ``NAME_logs/`` (torchrun ``--tee``).
-
-    Args:
-        command: the program (argv list or a shell-like string), e.g. ``["python", "train.py"]``.
-        nproc: processes (ranks) on this machine.
-        name: report name prefix; outdir: folder (default ``$LABKIT_REPORTS/profiles``).
-        trace, nsys_args: as :func:`labkit.nsys.profile`; env: extra environment variables.
-        torchrun_args: more torchrun options, e.g. ``["--master-port", "29600"]``.
-        overwrite: replace this name's earlier reports.
-        timeout_s: stop every rank (and nsys) after this long, e.g. when one rank hangs in a collective.
-    Returns: :class:`Reports` of the ``nproc`` ranks.
-    Raises: NsysNotFoundError, ReportExistsError, RankFailedError (naming the failed rank and its
-        error line), NsysError.
-    """
-    from labkit.nsys import NsysError, NsysNotFoundError, ReportExistsError, export_sqlite, profile_command
-
-    argv_cmd = shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
-    if not argv_cmd:
-        raise RanksError("empty command: pass the program to run on every rank, e.g. ['python', 'train.py']")
-    if nproc < 1:
-        raise RanksError(f"nproc={nproc}: give the number of ranks to start on this machine (1 or more)")
-    outdir = Path(outdir) if outdir is not None else reports_dir() / "profiles"
-    exe = nsys or find_nsys()
-    if not exe or not os.path.isfile(exe):
-        raise NsysNotFoundError("nsys not found: install it with scripts/install-nsys, or set LABKIT_NSYS to "
-                                "the nsys executable")
-    old = sorted(outdir.glob(f"{name}_*.nsys-rep")) + sorted(outdir.glob(f"{name}_*.sqlite"))
-    old = [p for p in old if rank_from_name(p) is not None]
-    if old and not overwrite:
-        raise ReportExistsError(f"{old[0]} already exists: pass overwrite=True or choose another name")
-    for p in old:
-        p.unlink()
-    outdir.mkdir(parents=True, exist_ok=True)
-    log, log_dir = outdir / f"{name}.log", outdir / f"{name}_logs"
-    nsys_argv = profile_command(argv_cmd, output=outdir / f"{name}_%q{{RANK}}", trace=trace, nsys_args=nsys_args,
-                                overwrite=overwrite, nsys=exe)
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            f"--log-dir={log_dir}", "--tee=3", *torchrun_args, "--no-python", *nsys_argv]
-    run_env = {**os.environ, **(env or {})}
-    t0 = time.monotonic()
-    with open(log, "w") as logf:
-        logf.write(f"# {shlex.join(argv)}\n")
-        logf.flush()
-        # its own process group, so that a timeout or an interrupt stops torchrun, nsys and every rank
-        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=run_env,
-                                start_new_session=True)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _stop_group(proc)
-            raise RankFailedError(f"the {nproc} ranks did not finish in {timeout_s:g} s and were stopped (a rank "
-                                  f"hung, e.g. waiting in a collective?): see the ranks' logs in {log_dir} and "
-                                  f"{log}, or raise timeout_s") from None
-        except BaseException:  # KeyboardInterrupt in a notebook: leave no rank running
-            _stop_group(proc)
-            raise
-    output = log.read_text(errors="replace")
-    if proc.returncode != 0:
-        failed = _failed_ranks(output)
-        if failed:
-            others = f"; also failed: ranks {', '.join(map(str, failed[1:]))}" if len(failed) > 1 else ""
-            raise RankFailedError(f"rank {failed[0]} failed: {_error_line(log_dir, failed[0])}{others} "
-                                  f"(torchrun exit {proc.returncode}; fix that rank's error; logs: {log_dir}, {log})")
-        raise NsysError(f"torchrun under nsys exited with status {proc.returncode} after "
-                        f"{time.monotonic() - t0:.1f} s; its output (full log: {log}):\n{output_tail(output)}")
-    reps = [outdir / f"{name}_{r}.nsys-rep" for r in range(nproc)]
-    missing = [p for p in reps if not p.exists()]
-    if missing:
-        raise NsysError(f"nsys wrote no {missing[0].name} (does this nsys expand %q{{RANK}}? 2022.4 and newer do); "
-                        f"its output (full log: {log}):\n{output_tail(output)}")
-    dbs = [export_sqlite(p, nsys=exe) for p in reps]
-    return load_reports(dbs, processes=processes)

@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 
 from labkit.errors import LabkitError
-from labkit.ranks import (RankFailedError, RanksError, _rank_from_env, load_reports, plot_rank_timeline,
-                          profile_ranks, rank_from_name)
+from labkit.ranks import RanksError, _rank_from_env, load_reports, plot_rank_timeline, rank_from_name
+from labkit.ranks_profile import RankFailedError, profile_ranks
 from labkit.report import ReportWarning, load_report
 
 FIX = Path(__file__).parent / "fixtures"
