@@ -158,7 +158,8 @@ class Reports:
         return self.meta.set_index("rank")["offset_ns"]
 
     def frame(self, name: str) -> pd.DataFrame:
-        """Event frame ``name`` of every rank with a leading ``rank`` column (columns as the Report's)."""
+        """Event frame ``name`` of every rank with a leading ``rank`` column (columns as the Report's;
+        shared, not copied: copy it before changing it)."""
         if name not in self._frames:
             kept = ", ".join(sorted(self._frames))
             raise RanksError(f"frame {name!r} was not kept (kept: {kept}): pass frames=(..., {name!r}) to "
@@ -316,7 +317,8 @@ def plot_rank_timeline(reports: Reports, *, ranks: Sequence[int] | None = None, 
     of that rank (threads with NVTX ranges by depth, GPU streams), ranks aligned by capture start.
 
     Args:
-        ranks: ranks to draw (default: all).
+        ranks: ranks to draw (default: all; each band takes about 0.3 s to draw here, so for tens
+            of ranks pick the slowest and fastest ones from :meth:`Reports.imbalance`).
         window: (start_ns, end_ns) on the earliest rank's clock, or None for everything.
         max_events: drawing budget shared by the bands.
     Returns: the matplotlib Figure (one Axes per rank, shared x axis in ms from the window start).
