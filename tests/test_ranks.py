@@ -1,0 +1,230 @@
+"""labkit.ranks on real per-rank exports: a 2-rank gloo program (tests/fixtures/ranks.py) run by
+torchrun under Debian nsys 2022.4, one report per rank (commands in tests/fixtures/README.md).
+
+Per-rank summaries are compared with nsys's own ``stats`` of each rank; merged summaries with
+the sum of the per-rank ones. The nsys-marked tests run torchrun under nsys here.
+"""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+
+from labkit.errors import LabkitError
+from labkit.ranks import RanksError, _rank_from_env, load_reports, plot_rank_timeline, rank_from_name
+from labkit.ranks_profile import RankFailedError, profile_ranks
+from labkit.report import ReportWarning, load_report
+
+FIX = Path(__file__).parent / "fixtures"
+EXPORTS = [FIX / f"ranks.nsys2022.4_{r}.sqlite" for r in (0, 1)]
+STAGES = {"main": 1, "load": 4, "compute": 4, "allreduce": 4}  # instances per rank (ranks.py)
+
+
+def _quiet_load(paths, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReportWarning)
+        return load_reports(paths, **kw)
+
+
+@pytest.fixture(scope="module")
+def reps():
+    return _quiet_load(EXPORTS, processes=2)
+
+
+def _nsys_csv(rank: int) -> pd.DataFrame:
+    return pd.read_csv(FIX / f"ranks.nsys2022.4_{rank}.nvtxsum.csv").set_index("Range")
+
+
+def test_frames_carry_rank_column(reps):
+    assert reps.ranks == [0, 1]
+    nv = reps.nvtx()
+    assert list(nv.columns[:2]) == ["rank", "name"]
+    for r, path in zip((0, 1), EXPORTS):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ReportWarning)
+            one = load_report(path).nvtx
+        mine = nv[nv["rank"] == r].drop(columns="rank").reset_index(drop=True)
+        pd.testing.assert_frame_equal(mine, one.reset_index(drop=True), check_dtype=False, check_categorical=False)
+    ranges = nv[nv["kind"] == "push_pop"].groupby(["rank", "name"]).size()
+    assert ranges.to_dict() == {(r, s): n for r in (0, 1) for s, n in STAGES.items()}
+    assert len(reps.kernels()) == 0 and "rank" in reps.kernels().columns  # CPU run: empty, with its columns
+
+
+def test_per_rank_nvtx_summary_matches_nsys_stats(reps):
+    s = reps.nvtx_summary()
+    assert list(s.columns[:2]) == ["rank", "name"]
+    for r in (0, 1):
+        ours = s[s["rank"] == r].set_index("name")
+        theirs = _nsys_csv(r)
+        assert sorted(ours.index) == sorted(theirs.index)
+        for name, row in theirs.iterrows():
+            assert ours.loc[name, "instances"] == row["Instances"]
+            assert ours.loc[name, "total_ns"] == row["Total Time (ns)"]
+            assert ours.loc[name, "max_ns"] == row["Max (ns)"]
+
+
+def test_merged_summaries_equal_sum_of_ranks(reps):
+    per = reps.nvtx_summary().groupby("name")
+    merged = reps.nvtx_summary(merged=True).set_index("name")
+    for col, how in (("instances", "sum"), ("total_ns", "sum"), ("min_ns", "min"), ("max_ns", "max")):
+        assert merged[col].to_dict() == per[col].agg(how).to_dict(), col
+    both = _nsys_csv(0)["Total Time (ns)"] + _nsys_csv(1)["Total Time (ns)"]
+    assert merged["total_ns"].to_dict() == both.to_dict()
+    assert merged.loc["compute", "instances"] == 8
+    stages = reps.stage_table(merged=True).set_index("stage")
+    per_stage = reps.stage_table().groupby("stage")
+    assert stages["instances"].to_dict() == per_stage["instances"].sum().to_dict()
+    assert np.allclose(stages["cpu_ms"], per_stage["cpu_ms"].sum()[stages.index])
+    assert stages.loc["compute", "items"] == 16 and (stages["ranks"] == 2).all()
+    assert reps.kernel_summary(merged=True).empty and reps.kernel_summary().empty
+
+
+def test_imbalance_names_slow_and_fast_rank(reps):
+    imb = reps.imbalance().set_index("stage")
+    assert list(imb.reset_index().columns) == ["stage", "ranks", "fastest_rank", "fastest_ms", "slowest_rank",
+                                               "slowest_ms", "spread_ms", "ratio", "mean_ms"]
+    c = imb.loc["compute"]  # rank 1 sleeps twice as long in compute
+    assert (c["fastest_rank"], c["slowest_rank"], c["ranks"]) == (0, 1, 2)
+    assert c["fastest_ms"] == pytest.approx(_nsys_csv(0).loc["compute", "Total Time (ns)"] / 1e6)
+    assert c["slowest_ms"] == pytest.approx(_nsys_csv(1).loc["compute", "Total Time (ns)"] / 1e6)
+    assert 1.8 < c["ratio"] < 2.2
+    a = imb.loc["allreduce"]  # ...so rank 0 waits for it in the all-reduce
+    assert (a["fastest_rank"], a["slowest_rank"]) == (1, 0)
+    assert imb.index[0] in ("compute", "allreduce")  # sorted by spread
+
+
+def test_ranks_from_names_env_or_position(tmp_path):
+    rev = _quiet_load(EXPORTS[::-1], processes=1)
+    assert rev.ranks == [0, 1] and rev.paths[1] == EXPORTS[1]
+    plain = [tmp_path / "b.sqlite", tmp_path / "a.sqlite"]
+    for src, dst in zip(EXPORTS[::-1], plain):
+        shutil.copy(src, dst)
+    pos = _quiet_load(plain, processes=1)
+    assert pos.ranks == [0, 1] and pos.paths[0] == plain[0]
+    dup = tmp_path / "other_1.sqlite"
+    shutil.copy(EXPORTS[0], dup)
+    with pytest.raises(RanksError, match="rank 1 twice"):
+        _quiet_load([EXPORTS[1], dup], processes=1)
+    with pytest.raises(RanksError, match="no reports"):
+        load_reports([])
+    with pytest.raises(RanksError, match="frames=.*cuda_api"):
+        _quiet_load(EXPORTS, processes=1).cuda_api()
+
+
+def test_frames_not_kept_are_named_not_empty():
+    lean = _quiet_load(EXPORTS, processes=1, frames=("nvtx",))
+    assert lean.nvtx_summary(merged=True)["instances"].sum() == 26  # 13 ranges per rank
+    assert len(lean.kernel_summary()) == 0  # per-rank summaries are always kept
+    with pytest.raises(RanksError, match=r"frame 'kernels' was not kept.*frames=\(\.\.\., 'kernels'\)"):
+        lean.kernel_summary(merged=True)
+    with pytest.raises(RanksError, match="frame 'nvtx' was not kept"):
+        plot_rank_timeline(_quiet_load(EXPORTS, processes=1, frames=()))
+    with pytest.raises(RanksError, match="unknown frame 'gpu'"):
+        load_reports(EXPORTS, frames=("gpu",))
+
+
+def test_unreadable_report_is_named(tmp_path):
+    bad = tmp_path / "run_1.sqlite"
+    bad.write_text("not a report")
+    with pytest.raises(LabkitError, match=r"run_1.sqlite is neither an Nsight Systems report"):
+        _quiet_load([EXPORTS[0], bad], processes=2)
+
+
+def test_rank_from_recorded_environment(tmp_path):
+    # a real nsys 2025.3 export records the environment; add the RANK torchrun would have set
+    db = tmp_path / "pipeline.sqlite"
+    shutil.copy(FIX / "pipeline.nsys2025.3.sqlite", db)
+    assert _rank_from_env(db) is None
+    con = sqlite3.connect(db)
+    con.execute("INSERT INTO META_DATA_CAPTURE (name, value) VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', "
+                "'SLURM_PROCID=\"5\"')")
+    con.commit()
+    assert _rank_from_env(db) == 5
+    con.execute("INSERT INTO META_DATA_CAPTURE (name, value) VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', 'RANK=\"3\"')")
+    con.commit()
+    con.close()
+    assert _rank_from_env(db) == 3  # torchrun's RANK before Slurm's process id
+    other = tmp_path / "b.sqlite"  # names without ranks: load_reports takes the recorded RANK
+    shutil.copy(db, other)
+    con = sqlite3.connect(other)
+    con.execute("UPDATE META_DATA_CAPTURE SET value = 'RANK=\"0\"' WHERE value = 'RANK=\"3\"'")
+    con.commit()
+    con.close()
+    assert _quiet_load([db, other], processes=2).paths == {0: other, 3: db}
+    assert _rank_from_env(EXPORTS[0]) is None  # 2022.4 exports record no environment
+
+
+@pytest.mark.parametrize("name,rank", [("run_3.sqlite", 3), ("run-12.nsys-rep", 12), ("run.rank7.sqlite", 7),
+                                       ("ranks.nsys2022.4_1.sqlite", 1), ("pipeline.nsys2022.4.sqlite", None),
+                                       ("run.sqlite", None), ("rank_5.nsys-rep", 5)])
+def test_rank_from_name(name, rank):
+    assert rank_from_name(name) == rank
+
+
+def test_serial_and_parallel_load_agree(reps):
+    serial = _quiet_load(EXPORTS, processes=1)
+    pd.testing.assert_frame_equal(serial.nvtx(), reps.nvtx())
+    pd.testing.assert_frame_equal(serial.stage_table(), reps.stage_table())
+
+
+def test_warnings_reissued_with_rank():
+    with pytest.warns(ReportWarning) as rec:
+        r = load_reports(EXPORTS, processes=2)
+    assert [str(w.message) for w in rec] == r.warnings and len(r.warnings) == 2
+    assert r.warnings[1].startswith("rank 1: ranks.nsys2022.4_1.sqlite: no CUDA tables")
+
+
+def test_rank_timeline_one_band_per_rank(reps):
+    matplotlib.use("Agg")
+    fig = plot_rank_timeline(reps)
+    axes = fig.axes
+    assert [a.get_ylabel() for a in axes] == ["rank 0", "rank 1"]
+    for a, r in zip(axes, (0, 1)):  # one bar per range (marks are not drawn)
+        nv = reps.nvtx()
+        assert len(a.patches) == ((nv["rank"] == r) & (nv["kind"] != "mark")).sum()
+    assert axes[0].get_xlim() == axes[1].get_xlim()
+    # the last all-reduce ends at the same moment on both ranks once aligned (within 1 ms)
+    ends = [reps.report(r, aligned=True).nvtx.query("name == 'allreduce'")["end_ns"].max() for r in (0, 1)]
+    assert abs(ends[0] - ends[1]) < 1e6
+
+
+@pytest.mark.nsys
+def test_profile_ranks_under_torchrun(tmp_path):
+    cmd = [sys.executable, str(FIX / "ranks.py")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReportWarning)
+        reps = profile_ranks(cmd, nproc=2, name="t", outdir=tmp_path)
+    assert reps.ranks == [0, 1]
+    assert sorted(p.name for p in tmp_path.glob("t_*.nsys-rep")) == ["t_0.nsys-rep", "t_1.nsys-rep"]
+    got = reps.nvtx_summary().set_index(["rank", "name"])["instances"].to_dict()
+    assert got == {(r, s): n for r in (0, 1) for s, n in STAGES.items()}
+    assert reps.imbalance().set_index("stage").loc["compute", "slowest_rank"] == 1
+    with pytest.raises(LabkitError, match="already exists"):
+        profile_ranks(cmd, nproc=2, name="t", outdir=tmp_path)
+
+
+@pytest.mark.nsys
+def test_profile_ranks_names_the_failed_rank(tmp_path):
+    cmd = [sys.executable, str(FIX / "ranks.py")]
+    with pytest.raises(RankFailedError, match=r"^rank 1 failed: RuntimeError: rank 1 failed on purpose"):
+        profile_ranks(cmd, nproc=2, name="f", outdir=tmp_path, env={"RANKS_FAIL_RANK": "1"})
+
+
+@pytest.mark.nsys
+def test_profile_ranks_stops_a_hung_rank(tmp_path):
+    cmd = [sys.executable, str(FIX / "ranks.py"), str(tmp_path)]  # the extra argument marks this run's ranks
+    t0 = time.monotonic()
+    with pytest.raises(RankFailedError, match=r"did not finish in 20 s and were stopped"):
+        profile_ranks(cmd, nproc=2, name="h", outdir=tmp_path, env={"RANKS_HANG_RANK": "0"}, timeout_s=20)
+    assert time.monotonic() - t0 < 60
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert left == []  # no rank, nsys or torchrun of this run is still running
