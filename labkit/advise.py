@@ -96,7 +96,8 @@ class _Run:
         self.batch_size = batch_size or (int(np.ceil(items.max())) if len(items) and items.max() > 0 else None)
         self.gpu_ms = 0.0
         if self.wall_ms > 0 and len(rep.gpu_ops()):
-            u = analysis.gpu_utilization(rep, bin_ms=max(self.wall_ms, 1.0), window=self.window)
+            # one bin a microsecond wider than the window: a narrower one would add a second bin
+            u = analysis.gpu_utilization(rep, bin_ms=self.wall_ms + 1e-3, window=self.window)
             self.gpu_ms = float(u["busy_ns"].sum()) / 1e6
 
     def in_window(self, df: pd.DataFrame) -> pd.DataFrame:
@@ -312,7 +313,7 @@ def _decode_bound(run: _Run, ceiling: float, fps: float) -> dict | None:
     return _row("decode_bound", "The run is decode-bound", ev, STAGE_LEVERS["decode"], max(ceiling / fps, 1.0))
 
 
-def advise(report, *, stages=STAGES, warmup: int = 0, decode_ceiling_fps: float | None = None,
+def advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float | None = None,
            fps: float | None = None, batch_size: int | None = None, detector_stage: str = "infer",
            min_gain: float = MIN_GAIN) -> pd.DataFrame:
     """Findings about what bounds a profiled run, each with its evidence, lever and bound.
@@ -333,7 +334,7 @@ def advise(report, *, stages=STAGES, warmup: int = 0, decode_ceiling_fps: float 
         columns) when nothing holds the run back.
     Raises: AdviseError when the report has no stage ranges past the warm-up and no GPU work.
     """
-    run = _Run(report, stages, warmup, batch_size, detector_stage)
+    run = _Run(report, STAGES if stages is None else stages, warmup, batch_size, detector_stage)
     if run.load.empty and run.gpu_ms == 0:
         raise AdviseError(f"no NVTX ranges named {', '.join(run.stages)} past warm-up batch {warmup} and no GPU "
                           "work in this report: annotate the stages with labkit.annotate.range, or pass stages=[...] "

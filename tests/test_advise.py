@@ -160,3 +160,13 @@ def test_next_lever_names_the_top_finding():
 def test_no_stage_ranges_and_no_gpu_is_an_error_naming_the_fix():
     with pytest.raises(AdviseError, match="annotate the stages with labkit.annotate.range"):
         advise(rep(str(FIX / "domains.nsys2022.4.sqlite")))
+
+
+def test_steady_fps_from_the_report_is_near_the_runs_own_fps():
+    # without fps=, the last stage's frames over the steady window stand in for the results file's fps
+    r = rep(str(FIX / "advise_decode_bound.nsys2022.4.sqlite"))
+    ceiling = fps_of("advise_decode_bound.decode_only.results.json")
+    a = advise(r, warmup=2, decode_ceiling_fps=ceiling)
+    measured = fps_of("advise_decode_bound.nsys2022.4.results.json")
+    shown = float(row(a, "decode_bound")["evidence"].split(" frames/s")[0])
+    assert shown == pytest.approx(measured, rel=0.05)
