@@ -23,6 +23,8 @@ labkit never imports the application, so stage names are parameters with these d
 from __future__ import annotations
 
 import math
+import sys
+import types
 
 import numpy as np
 import pandas as pd
@@ -362,3 +364,14 @@ def next_lever(report, **kwargs) -> str:
     top = a.iloc[0]
     return (f"Next lever: {top['lever']}. {top['finding']} ({top['evidence']}); it can gain at most "
             f"{top['predicted_speedup']:.2f}x.")
+
+
+class _CallableModule(types.ModuleType):
+    """Importing ``labkit.advise`` makes the package attribute ``labkit.advise`` this module, not
+    the function, so the module itself answers ``labkit.advise(report, ...)``."""
+
+    def __call__(self, report, **kwargs) -> pd.DataFrame:
+        return advise(report, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -170,3 +170,12 @@ def test_steady_fps_from_the_report_is_near_the_runs_own_fps():
     measured = fps_of("advise_decode_bound.nsys2022.4.results.json")
     shown = float(row(a, "decode_bound")["evidence"].split(" frames/s")[0])
     assert shown == pytest.approx(measured, rel=0.05)
+
+
+def test_labkit_advise_is_callable_even_once_the_module_is_imported():
+    # importing labkit.advise sets the package attribute to the module, shadowing a lazy export
+    import labkit
+    import labkit.advise as module
+
+    assert labkit.advise is module
+    assert labkit.advise(baseline(), warmup=16).equals(advise(baseline(), warmup=16))
