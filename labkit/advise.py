@@ -1,11 +1,14 @@
 """Findings from a report's evidence: what bounds the run, which lever addresses it, and the most
 that lever can gain (an upper bound), one row per finding.
 
-The model behind every bound is the thread model of a pipeline: in steady state a run goes as fast
-as its busiest thread (its stage time, self time of its NVTX ranges past the warm-up, from
-:func:`labkit.analysis.bottleneck`), and no faster than the GPU's own work. A lever changes some
-stages' time; the predicted speed-up is the busiest thread's time before over after (Amdahl:
-with all stages on one thread it is total over total minus the time saved).
+The model behind every bound: in steady state a run takes at least as long as its busiest thread
+(stage time: self time of its NVTX ranges past the warm-up, from
+:func:`labkit.analysis.bottleneck`) and, when its threads share too few cores, as its total stage
+time over the cores; and no less than the GPU's own work. A lever changes some stages' time; the
+predicted speed-up is the larger of the busiest thread's time before over after and the total's
+(Amdahl: with all stages on one thread both are total over total minus the time saved). Stage
+times are measured under the run's own contention, so a bound is not a promise: it says which
+gains are impossible.
 
 The application's NVTX contract relied on (``source_code/README.md``, "Stages and NVTX ranges";
 labkit never imports the application, so stage names are parameters with these defaults):
@@ -107,8 +110,11 @@ class _Run:
         return df[(df["start_ns"] >= self.window[0]) & (df["start_ns"] <= self.window[1])]
 
     def bound(self, change: pd.DataFrame | None = None, *, drop=(), gpu_cap: bool = False) -> float:
-        """Busiest thread's time now over after ``change`` (rows tid, ms added per thread) and
-        with the stages in ``drop`` removed; with ``gpu_cap``, no faster than the GPU's work."""
+        """Upper bound of the speed-up from adding ``change`` (rows tid, ms) to the threads' stage
+        time and removing the stages in ``drop``: the larger of the busiest thread's ratio (as
+        many cores as threads) and the total's (cores saturated), since a run's time lies between
+        max(busiest thread, total / cores) for any core count; with ``gpu_cap``, no faster than
+        the GPU's own work."""
         if self.load.empty:  # no stage ranges: only the GPU's work bounds the run
             return self.wall_ms / self.gpu_ms if gpu_cap and self.gpu_ms else 1.0
         now = self.load.groupby("tid")["ms"].sum()
@@ -116,10 +122,12 @@ class _Run:
         if change is not None and len(change):
             after = pd.concat([after[["tid", "ms"]], change[["tid", "ms"]]], ignore_index=True)
         per = after.groupby("tid")["ms"].sum().clip(lower=0.0)
-        new = float(per.max()) if len(per) else 0.0
-        if gpu_cap:
-            new = max(new, self.gpu_ms * now.max() / self.wall_ms if self.wall_ms else 0.0)
-        return float(now.max() / new) if new > 0 else math.inf
+        ratios = [now.max() / per.max() if len(per) and per.max() > 0 else math.inf,
+                  now.sum() / per.sum() if per.sum() > 0 else math.inf]
+        b = float(max(ratios))
+        if gpu_cap and self.gpu_ms > 0:
+            b = min(b, self.wall_ms / self.gpu_ms)
+        return b
 
     def share(self, stage: str) -> tuple[float, float]:
         """(ms, share of all stage time) of one stage in steady state."""

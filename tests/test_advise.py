@@ -179,3 +179,16 @@ def test_labkit_advise_is_callable_even_once_the_module_is_imported():
 
     assert labkit.advise is module
     assert labkit.advise(baseline(), warmup=16).equals(advise(baseline(), warmup=16))
+
+
+def test_bounds_from_the_reference_profiles_hold_for_the_measured_next_steps():
+    # predict, then measure, on the committed CPU reference: each step's profile bounds the step
+    # built on it (queues on baseline, no OSD on queues), fps from the reference ledger
+    fps = {}
+    for line in (REF / "ledger.reference.jsonl").read_text().splitlines():
+        d = json.loads(line)
+        fps[d["step"]] = d["metrics"]["fps"]
+    queues_bound = row(advise(baseline(), warmup=16), "serial_stages")["predicted_speedup"]
+    no_osd_bound = row(advise(rep(str(REF / "queues.sqlite")), warmup=16), "removable_stage")["predicted_speedup"]
+    assert fps["queues"] / fps["baseline"] <= queues_bound  # 0.95x measured, 1.17x bound
+    assert fps["no_osd"] / fps["queues"] <= no_osd_bound  # 1.07x measured, 1.08x bound (cores shared)
