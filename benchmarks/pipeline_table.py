@@ -35,7 +35,7 @@ import pandas as pd
 from labkit import bench
 from labkit.errors import LabkitError
 from labkit.ledger import Ledger, machine_label
-from source_code.detect_video import flag_args
+from source_code.options import to_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "source_code" / "detect_video.py"
@@ -84,7 +84,7 @@ def options(clip: Path, frames: int, device: str, flags: dict, out: Path) -> dic
 
 def command(opts: dict) -> list[str]:
     """The argv of a run with ``opts``: the one place this benchmark turns options into a command line."""
-    return [sys.executable, str(APP), *flag_args(opts)]
+    return [sys.executable, str(APP), *to_argv(opts)]
 
 
 def table(results: dict[str, object], all_flags: dict[str, dict]) -> pd.DataFrame:
@@ -113,7 +113,7 @@ def table(results: dict[str, object], all_flags: dict[str, dict]) -> pd.DataFram
 def _flag_text(flags: dict) -> str:
     if not flags:
         return "batch 1, sync, CPU preprocess, OSD + video, fp32"
-    return " ".join(flag_args(flags))
+    return " ".join(to_argv(flags))
 
 
 def markdown(df: pd.DataFrame, header: str) -> str:

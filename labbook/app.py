@@ -32,9 +32,9 @@ def app_options(flags: dict, *, video: Path | None = None, mode: str = MODE) -> 
 def app_argv(options: dict) -> list[str]:
     """The argv of ``detect_video.py`` with ``options``: the one place the lab turns flags into
     a command line (``queues=True`` -> ``--queues``, ``osd=False`` -> ``--no-osd``)."""
-    from source_code.detect_video import flag_args
+    from source_code.options import to_argv
 
-    return [sys.executable, str(APP), *flag_args(options)]
+    return [sys.executable, str(APP), *to_argv(options)]
 
 
 def app_command(*, video: Path | None = None, mode: str = MODE, **flags) -> list[str]:
@@ -54,7 +54,9 @@ def backends():
     """What this machine can run: backend, precision, device, variant, available, reason."""
     import pandas as pd
 
-    return pd.DataFrame(list(_backends()))
+    from labkit.style import full_text
+
+    return full_text(pd.DataFrame(list(_backends())))
 
 
 def device_of(flags: dict) -> str:

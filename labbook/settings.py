@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.env import reports_dir
+from source_code.stages import STAGES  # noqa: F401  (the app's stage names, one home)
 
 MODES = ("small", "full")
 MODE = os.environ.get("LABKIT_MODE", "full").strip().lower() or "full"
@@ -27,7 +28,6 @@ VIDEOS = REPORTS / "videos"
 REFERENCE = ROOT / "reports" / "reference" / "h100"
 APP = ROOT / "source_code" / "detect_video.py"
 DATA = ROOT / "data"
-STAGES = ("decode", "preprocess", "infer", "postprocess", "track", "display")
 """The application's stage names (its NVTX ranges), in pipeline order."""
 
 

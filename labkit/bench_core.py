@@ -4,10 +4,8 @@ application as a subprocess, and the summary (medians, spread) of its repeats.
 ``labkit.bench`` is the public face (``run``, ``sweep``, ``run_parallel``); this module holds the
 parts they share, so that each runner stays short.
 
-Results file fields read (top level; ``"status"`` must be ``"ok"``), see :data:`RESULT_FIELDS`:
-``fps``, ``latency_ms.p50``/``latency_ms.p99`` (or ``latency_p50_ms``/``latency_p99_ms``),
-``frames``, ``stage_ms`` (``{stage: ms per frame}``) and accuracy ``map50``, ``mota``,
-``idf1``, ``hota`` (top level or under ``accuracy``). Missing fields are NaN.
+Results files follow the versioned schema of ``labkit.annotate`` (``write_results`` /
+``read_results``); :data:`RESULT_FIELDS` says which of their fields a run's figures come from.
 """
 from __future__ import annotations
 
@@ -27,24 +25,22 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from labkit import annotate
 from labkit.env import reports_dir
 from labkit.errors import LabkitError, output_tail
 from labkit.ledger import Ledger
 
-RESULT_FIELDS: dict[str, tuple[str, ...]] = {
-    "fps": ("fps", "throughput_fps", "metrics.fps"),
-    "latency_p50_ms": ("latency_ms.p50", "latency_p50_ms", "metrics.latency_p50_ms"),
-    "latency_p99_ms": ("latency_ms.p99", "latency_p99_ms", "metrics.latency_p99_ms"),
-    "frames": ("frames", "measured_frames", "metrics.frames"),
-    "map50": ("map50", "accuracy.map50", "metrics.map50"),
-    "mota": ("mota", "accuracy.mota", "metrics.mota"),
-    "idf1": ("idf1", "accuracy.idf1", "metrics.idf1"),
-    "hota": ("hota", "accuracy.hota", "metrics.hota"),
+RESULT_FIELDS: dict[str, str] = {
+    "fps": "fps",
+    "latency_p50_ms": "latency_ms.p50",
+    "latency_p99_ms": "latency_ms.p99",
+    "frames": "frames",
+    "map50": "accuracy.map50",
+    "mota": "accuracy.mota",
+    "idf1": "accuracy.idf1",
+    "hota": "accuracy.hota",
 }
-"""Metric name -> dotted paths tried in order in the results JSON."""
-
-STAGE_FIELDS = ("stages", "stage_ms", "metrics.stage_ms")
-"""Where per-stage milliseconds per frame (``{stage: ms}``) are looked for."""
+"""Metric name -> its dotted path in the results file (schema: ``labkit.annotate.RESULTS_FIELDS``)."""
 
 HEADLINE = ("fps", "latency_p50_ms", "latency_p99_ms")
 """Metrics whose spread across repeats is reported."""
@@ -95,41 +91,27 @@ def _dig(data: Mapping, dotted: str):
 
 
 def read_results(path: str | os.PathLike) -> dict:
-    """The figures of one results JSON under labkit's names (see :data:`RESULT_FIELDS`).
+    """The figures of one results file (validated by ``labkit.annotate.read_results``) under
+    labkit's names (see :data:`RESULT_FIELDS`).
 
     Returns:
         dict with ``status`` (str), ``fps``, ``latency_p50_ms``, ``latency_p99_ms``, ``frames``,
-        ``map50``, ``mota``, ``idf1``, ``hota`` (float, NaN where absent) and ``stage_ms.<stage>``
-        (ms per frame) for each stage reported.
+        ``map50``, ``mota``, ``idf1``, ``hota`` (float, NaN where absent or null) and
+        ``stage_ms.<stage>`` (ms per frame) for each stage reported.
     Raises:
-        BenchError: the file is missing or not a JSON object.
+        BenchError: the file is missing or not a results file of a known schema version.
     """
-    import json
-
-    path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BenchError(f"{path}: the application wrote no results file; does it accept --results PATH?") from None
-    except (OSError, ValueError) as exc:
-        raise BenchError(f"{path}: results file is not valid JSON ({exc})") from None
-    if not isinstance(data, Mapping):
-        raise BenchError(f"{path}: results file holds a JSON {type(data).__name__}, not an object")
-    out: dict[str, Any] = {"status": str(data.get("status", "missing"))}
-    for name, paths in RESULT_FIELDS.items():
-        value = next((v for v in (_dig(data, p) for p in paths) if v is not None), None)
-        try:
-            out[name] = float(value) if value is not None else math.nan
-        except (TypeError, ValueError):
-            out[name] = math.nan
-    stages = next((s for s in (_dig(data, p) for p in STAGE_FIELDS) if isinstance(s, Mapping)), {})
-    for stage, ms in stages.items():
-        if isinstance(ms, Mapping):  # {"decode": {"ms_per_frame": 1.2, ...}}
-            ms = next((ms[k] for k in ("ms_per_frame", "mean_ms", "ms") if k in ms), None)
-        try:
+        data = annotate.read_results(path)
+    except annotate.ResultsError as exc:
+        raise BenchError(str(exc)) from None
+    out: dict[str, Any] = {"status": str(data["status"])}
+    for name, dotted in RESULT_FIELDS.items():
+        value = _dig(data, dotted)
+        out[name] = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    for stage, ms in (data.get("stages") or {}).items():
+        if isinstance(ms, (int, float)) and not isinstance(ms, bool):
             out[f"stage_ms.{stage}"] = float(ms)
-        except (TypeError, ValueError):
-            continue
     return out
 
 

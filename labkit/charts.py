@@ -15,6 +15,7 @@ import math
 
 import pandas as pd
 
+from labkit.style import stage_color
 from labkit.tables import SpeedupTable, latest_rows
 
 __all__ = ["speedup_bars", "fps_vs_accuracy", "stage_bars", "tradeoff"]
@@ -135,10 +136,7 @@ def stage_bars(frame: pd.DataFrame, *, title: str | None = None):
 
 
 def _stage_colors(stages):
-    from matplotlib import colormaps
-
-    cmap = colormaps["tab10"]
-    return {s: cmap(i % 10) for i, s in enumerate(stages)}
+    return {s: stage_color(s) for s in stages}
 
 
 def tradeoff(frame: pd.DataFrame, *, label: str, title: str | None = None):

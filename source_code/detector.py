@@ -39,9 +39,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from source_code.scenes import CLASS_NAMES  # one home: the scene generator
+
 INPUT_HW: tuple[int, int] = (384, 640)
 STRIDE = 4
-CLASS_NAMES: tuple[str, ...] = ("vehicle", "pedestrian")
 NUM_CLASSES = len(CLASS_NAMES)
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent / "weights" / "detector.pt"
 

@@ -42,10 +42,14 @@ FAKE_APP = textwrap.dedent('''
     seq = [float(v) for v in a.fps_seq.split(",")]
     fps = seq[(n - 1) % len(seq)] * a.batch_size
     time.sleep(a.sleep)
-    json.dump({"status": a.status, "fps": fps, "frames": a.frames, "warmup": a.warmup,
-               "latency_ms": {"p50": 1000.0 / fps, "p99": 2000.0 / fps},
-               "stage_ms": {"decode": 1.0, "infer": 1000.0 / fps - 1.0},
-               "accuracy": {"map50": 0.5, "mota": 0.4}}, open(a.results, "w"))
+    from labkit.annotate import write_results  # the results schema every labkit-run program writes
+    write_results(a.results, {
+        "status": a.status, "fps": fps, "frames": a.frames, "warmup": a.warmup,
+        "timed_frames": a.frames, "warmup_frames": a.warmup, "seconds": a.frames / fps,
+        "latency_ms": {"p50": 1000.0 / fps, "p99": 2000.0 / fps},
+        "stages": {"decode": 1.0, "infer": 1000.0 / fps - 1.0}, "stage_detail": {},
+        "accuracy": {"map50": 0.5, "mota": 0.4}, "config": {}, "model": None,
+        "output_frames": 0, "warnings": []})
 ''')
 
 
