@@ -67,6 +67,7 @@ __all__ = [
     "RESULTS_SCHEMA",
     "RESULTS_SCHEMA_VERSION",
     "RESULTS_FIELDS",
+    "OPTIONAL_FIELDS",
     "FAILED_FIELDS",
     "ResultsError",
     "results_marker",
@@ -306,7 +307,9 @@ RESULTS_SCHEMA = "labkit-results"
 """Value of the ``schema`` field: marks a file as written by an application through this module."""
 RESULTS_SCHEMA_VERSION = 2
 """Version 2 dropped ``env`` (labkit records the environment in the ledger). Version 1 files
-(``"schema": 1``, no ``schema_version``) are still read."""
+(``"schema": 1``, no ``schema_version``) are still read. The version changes only when a reader
+of the previous one would misread a file; optional fields (``OPTIONAL_FIELDS``) join without a
+new version: an older reader ignores them and reads the other fields right."""
 
 _OPT_NUM = (int, float, type(None))
 RESULTS_FIELDS: dict[str, tuple[type, ...]] = {
@@ -326,6 +329,14 @@ RESULTS_FIELDS: dict[str, tuple[type, ...]] = {
     "warnings": (list,),  # one line each
 }
 """Fields of a finished run's results file (status "ok" or "partial") and their JSON types."""
+OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
+    # a run under torchrun (source_code/distributed.py), written by rank 0; frames, timed_frames
+    # and fps are then every rank's, fps over the common measured window (first start to last end)
+    "ranks": (int,),  # processes (ranks) that ran
+    "per_rank": (list,),  # one dict per rank: rank, host, device, inputs, frames, timed_frames, seconds,
+    #                       fps, latency_ms, stages, status
+}
+"""Fields that a finished run's results file may carry, checked when present."""
 FAILED_FIELDS: dict[str, tuple[type, ...]] = {"status": (str,), "error": (str,), "config": (dict,)}
 """Fields of a failed run's results file (status "failed"): the one-line error and the options."""
 
@@ -396,8 +407,10 @@ def read_results(path: str | os.PathLike) -> dict:
     if version > RESULTS_SCHEMA_VERSION:
         raise ResultsError(f"{path}: results schema version {version} is newer than this labkit reads "
                            f"({RESULTS_SCHEMA_VERSION}); update labkit")
-    fields = FAILED_FIELDS if data.get("status") == "failed" else RESULTS_FIELDS
+    fields = FAILED_FIELDS if data.get("status") == "failed" else {**RESULTS_FIELDS, **OPTIONAL_FIELDS}
     for name, types in fields.items():
+        if name not in data and name in OPTIONAL_FIELDS:
+            continue
         if name not in data:
             raise ResultsError(f"{path}: field {name!r} is missing (schema version {version})")
         value = data[name]

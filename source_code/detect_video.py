@@ -1,7 +1,9 @@
 """Detect and track vehicles and pedestrians in a video; write the annotated video and a results JSON.
 
 Example: ``python source_code/detect_video.py --input clip.mp4 --results reports/clip.json``
-Options are declared in source_code/options.py; stage names, the output video's default place
+Under torchrun (``python -m torch.distributed.run --nproc-per-node 2 source_code/detect_video.py
+--input clip.mp4 --streams 2 ...``) each rank runs its share of the sources and rank 0 writes one
+results file (source_code/distributed.py). Options are declared in source_code/options.py; stage names, the output video's default place
 and the results format are documented in source_code/README.md.
 Exit codes: 0 done (status "ok" or "partial"), 1 bad or unreadable input / failure,
 2 bad arguments or a refused path (an input, ground truth, or a file this program did not write
@@ -39,13 +41,15 @@ def _summary(doc: dict, results: str | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     cfg = config_from_args(build_parser(__doc__.splitlines()[0]).parse_args(argv))
     from labkit.annotate import write_results
-    from source_code import checks
+    from source_code import checks, distributed
     from source_code.errors import PipelineError, first_line
     from source_code.pipeline import run_pipeline
 
+    world = distributed.World.from_env()  # under torchrun: this rank; rank 0 alone writes the results
+
     def fail(message: str, code: int) -> int:
         print(f"{PROG}: error: {message}", file=sys.stderr)
-        if checks.results_writable(cfg):  # never over a file that is not ours, nor an input
+        if world.rank == 0 and checks.results_writable(cfg):  # never over a file that is not ours, nor an input
             try:
                 write_results(cfg.results, {"status": "failed", "error": message,
                                              "config": dict(vars(cfg))})
@@ -57,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.threads:
             import torch
             torch.set_num_threads(cfg.threads)
-        doc = run_pipeline(cfg)
+        doc = distributed.run(cfg, world, run_pipeline) if world.size > 1 else run_pipeline(cfg)
+        if doc is None:  # a rank other than 0: rank 0 reports the run
+            return 0
         if cfg.results:
             write_results(cfg.results, doc)
     except PipelineError as e:

@@ -147,10 +147,12 @@ def _run(muxer: Muxer, stages: list, sink: StatsSink, cfg: Any, device, warnings
     return "ok"
 
 
-def run_pipeline(cfg: Any, *, progress: Callable[[str], None] | None = None) -> dict:
+def run_pipeline(cfg: Any, *, progress: Callable[[str], None] | None = None, rank: Any = None) -> dict:
     """Run the pipeline described by ``cfg`` (a PipelineConfig); return the results document.
     An allocation failure (loading the weights, building the backend, or in the frame loop)
-    becomes a PipelineError with exit code 4 naming the fix."""
+    becomes a PipelineError with exit code 4 naming the fix. Under torchrun, ``rank``
+    (``source_code.distributed.Rank``) hears ``start()`` just before the first frame (the ranks
+    start together) and ``finished(sink, gt)`` after the last."""
     from source_code.detector import INPUT_HW
 
     checks.validate(cfg)
@@ -172,6 +174,8 @@ def run_pipeline(cfg: Any, *, progress: Callable[[str], None] | None = None) -> 
                 gt, gt_file = _ground_truth(cfg.inputs[0], warnings)
                 display = Display(osd=cfg.osd, output=out_path, fps=sources[0].fps, class_names=CLASS_NAMES)
                 stages = _stages(cfg, device, input_hw, infer_fn, display, len(sources))
+            if rank is not None:
+                rank.start()
             total = sum((s.expected() or 0) for s in sources)
             sink = StatsSink(warmup_batches=warmup_batches(cfg.warmup, cfg.batch_size, total, warnings),
                              progress=progress)
@@ -194,6 +198,8 @@ def run_pipeline(cfg: Any, *, progress: Callable[[str], None] | None = None) -> 
                 checks.record_output(out_path)
         if hasattr(infer_fn, "close"):
             infer_fn.close()
+    if rank is not None:
+        rank.finished(sink, gt)
     return _document(cfg, sink, sources, status, warnings, device=device, input_hw=input_hw, out_path=out_path,
                      model_info=model_info, infer_fn=infer_fn, gt=gt, gt_file=gt_file, display=display)
 

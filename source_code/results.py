@@ -62,6 +62,14 @@ class StatsSink:
             return None
         return (self.t_end - (self.t_start if self.t_start is not None else self.t_run)) / 1e9
 
+    def window_ns(self) -> tuple[int, int] | None:
+        """The timed batches' window on the wall clock, (start, end) in ns since the epoch, so that
+        processes (ranks) can be put on one clock; None without timing."""
+        if not self.t_end:
+            return None
+        to_epoch = time.time_ns() - time.perf_counter_ns()
+        return (self.t_start if self.t_start is not None else self.t_run) + to_epoch, self.t_end + to_epoch
+
     def figures(self) -> dict:
         """frames, timed_frames, warmup_frames, seconds, fps, stages, stage_detail, latency_ms."""
         seconds = self.seconds()
@@ -101,21 +109,36 @@ NO_ACCURACY = {"map50": None, "mota": None, "idf1": None, "hota": None}
 
 def accuracy(gt_frames: dict | None, sink: StatsSink, n_frames: int, class_names) -> dict:
     """mAP@0.5 over the frames the detector ran on, MOTA/IDF1/HOTA over every frame, stream 0."""
-    from source_code.metrics import map50, tracking_metrics
-
     if gt_frames is None:
         return {**NO_ACCURACY, "note": "no ground truth: none found beside the input (<stem>.gt.csv)"}
+    return accuracy_over([(gt_frames, sink.dets, sink.tracks, n_frames)], class_names)
+
+
+def accuracy_over(parts: list[tuple], class_names) -> dict:
+    """Accuracy of several sequences taken as one: ``parts`` holds one ``(ground truth, detections,
+    tracks, frames)`` per sequence (the dicts of a ``StatsSink``). The sequences are laid end to end
+    with their object and track ids kept apart, so MOTA and IDF1 equal TrackEval's combination of
+    the sequences and mAP@0.5 pools every detected frame."""
+    from source_code.metrics import map50, tracking_metrics
+
     empty = np.zeros((0, 6))
-    frames = list(range(n_frames))
-    det_frames = [f for f in frames if f in sink.dets]
-    m = (map50([gt_frames.get(f, empty)[:, :5] for f in det_frames], [sink.dets[f] for f in det_frames],
-               num_classes=len(class_names), class_names=class_names)
-         if det_frames else {"map50": None, "per_class": {}})
-    gt_list = [gt_frames.get(f, empty) for f in frames]
-    trk = sink.tracks
-    trk_list = [np.concatenate([trk[f][:, :4], trk[f][:, 4:6]], 1) if f in trk else empty for f in frames]
+    gts, dets, gt_list, trk_list = [], [], [], []
+    for i, (gt, det, trk, n) in enumerate(parts):
+        apart = np.array([0, 0, 0, 0, 0, i * 1_000_000])  # ids of sequence i never meet those of another
+        for f in range(n):
+            g = gt.get(f, empty)
+            gt_list.append(g + apart[: g.shape[1]] if len(parts) > 1 else g)
+            t = np.concatenate([trk[f][:, :4], trk[f][:, 4:6]], 1) if f in trk else empty
+            trk_list.append(t + apart[: t.shape[1]] if len(parts) > 1 else t)
+            if f in det:
+                gts.append(g[:, :5])
+                dets.append(det[f])
+    m = (map50(gts, dets, num_classes=len(class_names), class_names=class_names)
+         if dets else {"map50": None, "per_class": {}})
     t = tracking_metrics(gt_list, trk_list, class_names=class_names)
+    frames = sum(p[3] for p in parts)
+    where = "stream 0" if len(parts) == 1 else f"{len(parts)} sequences (stream 0 of every rank) end to end"
     return {"map50": m["map50"], "mota": t["mota"], "idf1": t["idf1"], "hota": t["hota"],
             "per_class": {"map50": m["per_class"], **t["per_class"]},
             "counts": t.get("counts", {}),
-            "note": f"stream 0, {n_frames} frames; map50 over the {len(det_frames)} frames the detector ran on"}
+            "note": f"{where}, {frames} frames; map50 over the {len(dets)} frames the detector ran on"}

@@ -1,0 +1,258 @@
+"""The application under torchrun: each rank runs its share of the sources; rank 0 writes the results.
+
+PyTorch's own launcher starts the ranks (``python -m torch.distributed.run --nproc-per-node N
+source_code/detect_video.py ...``, also under ``srun`` and across nodes with ``--nnodes``); it
+sets ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE``. With ``WORLD_SIZE`` > 1:
+
+- ``shard`` gives each rank its share of the sources (the ``--input`` files, or ``--streams``
+  copies of one), spread evenly, and its own device (``cuda:LOCAL_RANK`` on a GPU, else the CPU);
+  only rank 0 keeps ``--results`` and the output video;
+- ``torch.distributed`` (NCCL on a GPU, gloo on the CPU) runs two collectives, each under a
+  timeout so that no rank hangs: every rank says it is ready just before its first frame (the
+  measured windows start together, or every rank stops when one failed), and every rank sends
+  its figures, or its error line, to rank 0 at the end;
+- rank 0 merges them (``merge``): ``ranks``, ``per_rank`` (rank, host, device, frames, fps,
+  latency, stages), the aggregate ``frames`` and ``fps`` (every rank's timed frames over the
+  common measured window, from the first rank's start to the last rank's end) and the accuracy
+  of stream 0 of every rank together.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import os
+import socket
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from source_code.errors import EXIT_FAILED, EXIT_USAGE, PipelineError, first_line
+
+COLLECTIVE_TIMEOUT_S = 1800
+"""Longest wait in one collective, s: the start waits for the slowest rank's set-up (a TensorRT
+engine build or torch.compile can take minutes); past it the waiting ranks fail instead of hanging."""
+
+
+@dataclasses.dataclass(frozen=True)
+class World:
+    """Where this process stands in a torchrun job (one rank of ``size``, ``local_rank`` on its node)."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @classmethod
+    def from_env(cls, env: dict | None = None) -> "World":
+        """The world torchrun (or any launcher setting RANK, WORLD_SIZE, LOCAL_RANK) describes; one rank without it."""
+        env = os.environ if env is None else env
+        size = int(env.get("WORLD_SIZE", 1) or 1)
+        if size <= 1:
+            return cls()
+        return cls(rank=int(env.get("RANK", 0)), size=size, local_rank=int(env.get("LOCAL_RANK", 0)))
+
+
+def share(n_sources: int, world: World) -> range:
+    """Indices of the sources that ``world.rank`` decodes: contiguous, sizes differing by at most one."""
+    base, extra = divmod(n_sources, world.size)
+    start = world.rank * base + min(world.rank, extra)
+    return range(start, start + base + (world.rank < extra))
+
+
+def _device(requested: str, world: World) -> str:
+    if requested == "cuda" or requested == "auto":
+        import torch
+
+        if torch.cuda.is_available():
+            return f"cuda:{world.local_rank}"
+    return requested  # "cpu", an explicit cuda:N, or auto without a GPU (the CPU)
+
+
+def shard(cfg: Any, world: World) -> Any:
+    """This rank's PipelineConfig: its share of the sources, its device, and (ranks > 0) no results
+    file and no output video. Raises PipelineError (exit 2) when there are fewer sources than ranks."""
+    sources = list(cfg.inputs) if len(cfg.inputs) > 1 else [cfg.inputs[0]] * cfg.streams
+    if len(sources) < world.size:
+        raise PipelineError(f"{len(sources)} source(s) for {world.size} ranks: every rank needs one; give "
+                            f"--streams {world.size} (or {world.size} --input files), or start fewer ranks "
+                            f"(--nproc-per-node)", EXIT_USAGE)
+    mine = [sources[i] for i in share(len(sources), world)]
+    keep = world.rank == 0
+    return dataclasses.replace(cfg, inputs=tuple(mine), streams=len(mine), device=_device(cfg.device, world),
+                               results=cfg.results if keep else None, output=cfg.output if keep else None)
+
+
+class RankFailed(PipelineError):
+    """Another rank failed: this one stops too (its message names that rank and its error line)."""
+
+
+def _failure(r: int, state: dict) -> RankFailed:
+    message = state["error"].split(": ", 1)[-1]  # its own line, without its "rank R: "
+    return RankFailed(f"rank {r} failed: {message}", state.get("exit_code", EXIT_FAILED))
+
+
+class Rank:
+    """This rank's side of the two collectives; ``run_pipeline(..., rank=)`` calls ``start`` and ``finished``."""
+
+    def __init__(self, world: World, collectives: Any):
+        self.world = world
+        self.dist = collectives  # torch.distributed, once its process group is up
+        self.started = False
+        self.part: dict = {}
+
+    def _all(self, item: dict) -> list[dict]:
+        out: list = [None] * self.world.size
+        self.dist.all_gather_object(out, item)
+        return out
+
+    def start(self, error: PipelineError | None = None) -> None:
+        """Wait until every rank is ready for its first frame (or has failed); raise RankFailed when one failed."""
+        self.started = True
+        states = self._all(_state(error))
+        failed = [r for r, s in enumerate(states) if s.get("error") and r != self.world.rank]
+        if failed and error is None:
+            raise _failure(failed[0], states[failed[0]])
+
+    def finished(self, sink: Any, gt: dict | None) -> None:
+        """Keep what rank 0 needs of this rank's run: its timed window, latencies and stream 0's results."""
+        n0 = max(sink.tracks, default=-1) + 1  # stream 0's frames (each has its tracks, maybe none)
+        self.part = {"window_ns": sink.window_ns(), "latency_ms": list(sink.latency_ms),
+                     "sequence": (gt, sink.dets, sink.tracks, n0) if gt else None}
+
+    def gather(self, doc: dict | None, error: PipelineError | None = None) -> list[dict]:
+        """Every rank's part (its results document and figures, or its own error) at every rank."""
+        if not self.started:  # failed before its first frame: still meet the others at the start
+            self.start(error)
+        mine = _state(error) if error else {"doc": doc, **self.part}
+        return self._all({"rank": self.world.rank, "host": socket.gethostname(), **mine})
+
+
+def _state(error: PipelineError | None) -> dict:
+    """What a rank tells the others of its failure: its own error line (not a failure it only heard of)."""
+    if error is None or isinstance(error, RankFailed):
+        return {"followed": True} if error else {}
+    return {"error": str(error), "exit_code": error.exit_code}
+
+
+@contextlib.contextmanager
+def process_group(world: World, device: str) -> Iterator[Any]:
+    """torch.distributed with NCCL on a CUDA device, gloo on the CPU; torn down on the way out."""
+    import torch
+    import torch.distributed as dist
+
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)  # NCCL's object collectives use the current device
+    try:
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
+                                timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    except (RuntimeError, ValueError) as e:
+        raise PipelineError(f"rank {world.rank}: torch.distributed did not start ({first_line(e)}): run under "
+                            "torchrun, which sets MASTER_ADDR and MASTER_PORT", EXIT_FAILED) from None
+    try:
+        yield dist
+    finally:
+        with contextlib.suppress(Exception):  # a failure on the way out must not hide the run's own
+            dist.destroy_process_group()
+
+
+def run(cfg: Any, world: World, run_pipeline: Callable[..., dict]) -> dict | None:
+    """Run this rank's share of ``cfg``; rank 0 returns the merged results document, the others None.
+
+    Raises PipelineError: this rank's own error (``rank R: ...``), else the first failed rank's
+    error line (``rank R failed: ...``; on rank 0, which writes it to the results file)."""
+    local = shard(cfg, world)
+    with process_group(world, local.device) as dist:
+        rank = Rank(world, dist)
+        error, doc = None, None
+        try:
+            doc = run_pipeline(local, rank=rank)
+        except RankFailed as e:
+            error = e
+        except PipelineError as e:
+            error = PipelineError(f"rank {world.rank}: {e}", e.exit_code)
+        except Exception as e:  # noqa: BLE001 - the other ranks must hear of it before it is reported
+            error = PipelineError(f"rank {world.rank}: {first_line(e)}", EXIT_FAILED)
+        try:
+            parts = rank.gather(doc, error)
+        except Exception as e:  # noqa: BLE001 - a rank that died or a timeout: say so, never hang
+            raise error or PipelineError(f"rank {world.rank}: results not gathered ({first_line(e)}); another "
+                                         "rank failed or hung: see its error line", EXIT_FAILED) from None
+    if error is not None and not isinstance(error, RankFailed):
+        raise error
+    failed = [p for p in parts if p.get("error")]
+    if failed:
+        raise _failure(failed[0]["rank"], failed[0])
+    if error is not None:
+        raise error
+    return merge(parts, cfg) if world.rank == 0 else None
+
+
+def _stage_detail(details: list[dict]) -> dict:
+    out: dict = {}
+    for d in details:
+        for stage, s in d.items():
+            m = out.setdefault(stage, {"count": 0, "total_ms": 0.0, "items": 0, "cuda_ms": None})
+            m["count"] += s.get("count") or 0
+            m["total_ms"] += s.get("total_ms") or 0.0
+            m["items"] += s.get("items") or 0
+            if s.get("cuda_ms") is not None:
+                m["cuda_ms"] = (m["cuda_ms"] or 0.0) + s["cuda_ms"]
+    for m in out.values():
+        m["mean_ms"] = round(m["total_ms"] / m["count"], 4) if m["count"] else None
+        m["ms_per_item"] = round(m["total_ms"] / m["items"], 4) if m["items"] else None
+        m["total_ms"] = round(m["total_ms"], 4)
+    return out
+
+
+def _weighted_stages(docs: list[dict]) -> dict:
+    """ms per timed frame of each stage over every rank (weighted by the rank's timed frames)."""
+    out = {}
+    for stage in docs[0]["stages"]:
+        pairs = [(d["stages"].get(stage), d["timed_frames"]) for d in docs if d["stages"].get(stage) is not None]
+        n = sum(w for _, w in pairs)
+        out[stage] = round(sum(v * w for v, w in pairs) / n, 4) if n else None
+    return out
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def merge(parts: list[dict], cfg: Any) -> dict:
+    """Rank 0's results document of the whole run from every rank's part (fields:
+    ``labkit.annotate.RESULTS_FIELDS``, with ``ranks`` and ``per_rank``)."""
+    from source_code.results import accuracy_over
+    from source_code.scenes import CLASS_NAMES
+
+    docs = [p["doc"] for p in parts]
+    windows = [p["window_ns"] for p in parts if p.get("window_ns")]
+    seconds = (max(w[1] for w in windows) - min(w[0] for w in windows)) / 1e9 if len(windows) == len(parts) else None
+    timed = sum(d["timed_frames"] for d in docs)
+    latencies = [v for p in parts for v in p["latency_ms"]]
+    sequences = [p["sequence"] for p in parts if p.get("sequence")]
+    acc = accuracy_over(sequences, CLASS_NAMES) if sequences and not docs[0]["config"]["decode_only"] \
+        else docs[0]["accuracy"]
+    per_rank = [{"rank": p["rank"], "host": p["host"], "device": d["config"]["device_resolved"],
+                 "inputs": list(d["config"]["inputs"]), "frames": d["frames"], "timed_frames": d["timed_frames"],
+                 "seconds": d["seconds"], "fps": d["fps"], "latency_ms": d["latency_ms"], "stages": d["stages"],
+                 "status": d["status"]} for p, d in zip(parts, docs)]
+    return {
+        **docs[0],
+        "status": "ok" if all(d["status"] == "ok" for d in docs) else "partial",
+        "frames": sum(d["frames"] for d in docs),
+        "timed_frames": timed,
+        "warmup_frames": sum(d["warmup_frames"] for d in docs),
+        "seconds": round(seconds, 6) if seconds else None,
+        "fps": round(timed / seconds, 4) if seconds else None,
+        "stages": _weighted_stages(docs),
+        "stage_detail": _stage_detail([d["stage_detail"] for d in docs]),
+        "latency_ms": {"p50": _percentile(latencies, 50), "p99": _percentile(latencies, 99)},
+        "accuracy": acc,
+        "config": {**docs[0]["config"], "inputs": list(cfg.inputs), "streams": cfg.streams,
+                   "device": cfg.device},
+        "output_frames": docs[0]["output_frames"],
+        "warnings": [w if p["rank"] == 0 else f"rank {p['rank']}: {w}" for p, d in zip(parts, docs)
+                     for w in d["warnings"]],
+        "ranks": len(parts),
+        "per_rank": per_rank,
+    }

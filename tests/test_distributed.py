@@ -1,0 +1,105 @@
+"""The application under torchrun (source_code/distributed.py): real ranks, gloo on the CPU, the real
+detector on a generated clip; rank 0 writes one results file."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit.annotate import ResultsError, read_results, write_results
+from source_code.distributed import World, share, shard
+from source_code.options import PipelineConfig
+from source_code.scenes import SceneConfig, make_video
+
+APP = Path(__file__).resolve().parents[1] / "source_code" / "detect_video.py"
+SMALL = ["--no-osd", "--device", "cpu", "--input-hw", "192x320", "--warmup", "2"]
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    video, _ = make_video(tmp_path_factory.mktemp("ranks") / "clip.mp4", seconds=1.6,
+                          config=SceneConfig(seed=31, width=320, height=192, fps=10))
+    return Path(video)
+
+
+def _torchrun(nproc: int, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", str(APP),
+            *args]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize("n, size, shares", [
+    (2, 2, [[0], [1]]), (5, 2, [[0, 1, 2], [3, 4]]), (7, 3, [[0, 1, 2], [3, 4], [5, 6]]), (3, 3, [[0], [1], [2]]),
+])
+def test_sources_spread_evenly(n, size, shares):
+    assert [list(share(n, World(rank=r, size=size))) for r in range(size)] == shares
+
+
+def test_world_from_launcher_environment():
+    assert World.from_env({}) == World()
+    assert World.from_env({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"}) == World(3, 4, 1)
+
+
+def test_shard_gives_results_and_video_to_rank_0_only(clip):
+    cfg = PipelineConfig(inputs=(str(clip),), streams=3, device="cpu", results="r.json", output="v.mp4")
+    first, last = (shard(cfg, World(rank=r, size=2)) for r in (0, 1))
+    assert (first.inputs, first.streams, first.results, first.output) == ((str(clip),) * 2, 2, "r.json", "v.mp4")
+    assert (last.inputs, last.streams, last.results, last.output) == ((str(clip),), 1, None, None)
+
+
+def test_two_ranks_write_one_results_file(clip, tmp_path):
+    # the command of issue 17's "done when", on a small clip
+    r = _torchrun(2, ["--input", str(clip), "--streams", "2", "--results", "r.json", *SMALL], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = read_results(tmp_path / "r.json")  # validates ranks and per_rank too
+    assert doc["ranks"] == 2 and [p["rank"] for p in doc["per_rank"]] == [0, 1]
+    assert doc["frames"] == sum(p["frames"] for p in doc["per_rank"]) == 32
+    assert doc["timed_frames"] == sum(p["timed_frames"] for p in doc["per_rank"])
+    # the common window holds every rank's own window, so the aggregate is at most their sum
+    assert doc["seconds"] >= max(p["seconds"] for p in doc["per_rank"])
+    assert doc["fps"] <= sum(p["fps"] for p in doc["per_rank"]) + 1e-6
+    assert all(p["device"] == "cpu" and p["stages"]["infer"] > 0 for p in doc["per_rank"])
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # rank 1 wrote nothing (no second file, no video)
+
+    # accuracy over both ranks' sequences: two copies of one clip score as the clip alone
+    one = subprocess.run([sys.executable, str(APP), "--input", str(clip), "--results", "one.json", *SMALL],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert one.returncode == 0, one.stderr
+    alone = read_results(tmp_path / "one.json")["accuracy"]
+    assert doc["accuracy"]["map50"] == pytest.approx(alone["map50"])
+    assert doc["accuracy"]["mota"] == pytest.approx(alone["mota"])
+    assert doc["accuracy"]["counts"]["CLR_FN"] == 2 * alone["counts"]["CLR_FN"]
+
+
+def test_more_ranks_than_sources_is_one_line(clip, tmp_path):
+    r = _torchrun(2, ["--input", str(clip), "--results", "r.json", *SMALL], tmp_path)
+    assert r.returncode != 0
+    line = "detect_video: error: 1 source(s) for 2 ranks: every rank needs one; give --streams 2"
+    assert line in r.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["status"] == "failed" and doc["error"].startswith("1 source(s) for 2 ranks")
+
+
+def test_a_failing_rank_fails_the_run_with_its_line(clip, tmp_path):
+    bad = tmp_path / "bad.mp4"
+    bad.write_text("not a video")
+    r = _torchrun(2, ["--input", str(clip), str(bad), "--streams", "2", "--results", "r.json", *SMALL], tmp_path)
+    assert r.returncode != 0
+    own = f"detect_video: error: rank 1: cannot open {bad}: not a readable video"
+    assert own in r.stderr  # the failing rank's own line
+    doc = json.loads((tmp_path / "r.json").read_text())  # rank 0 stopped too and wrote the failure
+    assert doc["status"] == "failed" and doc["error"].startswith(f"rank 1 failed: cannot open {bad}")
+
+
+def test_per_rank_field_is_checked(tmp_path):
+    good = json.loads(json.dumps({"status": "ok", "frames": 2, "timed_frames": 2, "warmup_frames": 0, "seconds": 1.0,
+                                  "fps": 2.0, "stages": {}, "stage_detail": {}, "latency_ms": {}, "accuracy": {},
+                                  "config": {}, "model": None, "output_frames": 0, "warnings": []}))
+    write_results(tmp_path / "a.json", good)
+    assert "ranks" not in read_results(tmp_path / "a.json")  # optional: a one-process file has neither
+    write_results(tmp_path / "b.json", {**good, "ranks": 2, "per_rank": {"0": {}}})
+    with pytest.raises(ResultsError, match="'per_rank' should be list"):
+        read_results(tmp_path / "b.json")
