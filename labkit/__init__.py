@@ -3,6 +3,7 @@
 Public API (imported lazily, so ``import labkit.annotate`` stays light):
 
 - profiling:  ``profile``, ``load_report``, ``Report``, ``plot_timeline``
+- many ranks: ``load_reports``, ``Reports``, ``plot_rank_timeline``, ``profile_ranks``
 - benchmarks: ``bench`` (module), ``Ledger``, ``speedup_table``
 - environment: ``doctor``
 - annotation for applications: ``labkit.annotate`` (no pandas/matplotlib on import)
@@ -18,6 +19,10 @@ _LAZY = {
     "load_report": ("labkit.report", "load_report"),
     "Report": ("labkit.report", "Report"),
     "plot_timeline": ("labkit.timeline", "plot_timeline"),
+    "load_reports": ("labkit.ranks", "load_reports"),
+    "Reports": ("labkit.ranks", "Reports"),
+    "plot_rank_timeline": ("labkit.ranks", "plot_rank_timeline"),
+    "profile_ranks": ("labkit.ranks_profile", "profile_ranks"),
     "Ledger": ("labkit.ledger", "Ledger"),
     "speedup_table": ("labkit.tables", "speedup_table"),
     "doctor": ("labkit.doctor", "doctor"),

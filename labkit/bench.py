@@ -23,8 +23,8 @@ import pandas as pd
 
 from labkit.bench_core import (HEADLINE, RESULT_FIELDS, BenchError, BenchWarning, Result, _append, _argv, _config,
                                _env, _flags, _progress, _reports, _row, _run_once, _run_profiled, _stamp,
-                               _start, _summarize, _warn_flags, config_of, error_line, read_results, spread,
-                               with_flag)
+                               _start, _summarize, _warn_flags, config_of, error_line, launch, read_results,
+                               spread, with_flag)
 from labkit.bench_parallel import run_parallel
 from labkit.ledger import not_run
 
@@ -37,7 +37,7 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
         profile_dir: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
         timeout: float | None = None, name: str | None = None, progress: bool = True,
         capture_range: str | None = None, config: Mapping | None = None,
-        labels: Mapping | None = None) -> Result:
+        labels: Mapping | None = None, launcher: str | None = None, nproc: int | None = None) -> Result:
     """Run the application ``repeats`` times and summarize (medians, spread).
 
     Args:
@@ -66,6 +66,10 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
             None parses them back from the argv (:func:`config_of`), for a command of your own.
         labels: extra top-level ledger fields (``kind``, ``builds_on``, ``predicted_speedup``,
             ``finding``; see :mod:`labkit.ledger`).
+        launcher, nproc: ``launcher="torchrun", nproc=N`` runs every repeat as N ranks under
+            PyTorch's launcher (:func:`labkit.bench_core.launch`); rank 0's one results file
+            gives the aggregate fps, and ``config`` records ``ranks: N``. The profiled run is
+            then one nsys report per rank (:func:`labkit.ranks_profile.profile_ranks`).
     Returns:
         :class:`Result`. A results file whose ``status`` is not ``"ok"`` (or has no fps) flags the
         result: :attr:`Result.flags` says why, a :class:`BenchWarning` is issued, and the ledger
@@ -77,6 +81,7 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
     cmd, name, results_dir = _start(command, warmup, name or f"{step}-{_stamp()}", results_dir)
+    launched = launch(cmd, launcher, nproc)
     run_env = _env(env)
     rows = []
     profile_path = None
@@ -85,12 +90,13 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
         if profile:
             profile_path, row = _run_profiled(cmd, name=name, step=step, results_dir=results_dir,
                                               profile_dir=_reports("profiles", profile_dir), env=env, progress=progress,
-                                              capture_range=capture_range)
+                                              capture_range=capture_range, nproc=nproc if launcher else None,
+                                              timeout=timeout)
             rows.append(row)
             bar.update()
         for i in range(1, repeats + 1):
             results, log = results_dir / f"{name}.r{i}.json", results_dir / f"{name}.r{i}.log"
-            argv = cmd + ["--results", str(results)]
+            argv = launched + ["--results", str(results)]
             wall = _run_once(argv, log=log, env=run_env, timeout=timeout, step=step,
                              what=f"run {i} of {repeats}")
             rows.append(_row(i, False, results, log, wall))
@@ -99,7 +105,8 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
     frame = pd.DataFrame(rows)
     flags = _flags(frame)
     _warn_flags(step, flags)
-    result = Result(step=step, name=name, command=tuple(_argv(command)), config=_config(config, cmd, warmup),
+    ranks = {"ranks": nproc, "launcher": launcher} if launcher else {}
+    result = Result(step=step, name=name, command=tuple(_argv(command)), config={**_config(config, cmd, warmup), **ranks},
                     repeats=frame, metrics=_summarize(frame), profile=profile_path, flags=tuple(flags),
                     labels=dict(labels or {}))
     _append(ledger, result.record())

@@ -362,6 +362,37 @@ def _row(repeat: int, profiled: bool, results: Path, log: Path, wall_s: float) -
             "results": str(results), "log": str(log)}
 
 
+LAUNCHERS = (None, "torchrun")
+"""How :func:`labkit.bench.run` starts the application: itself, or under PyTorch's torchrun."""
+
+
+def _is_python(exe: str) -> bool:
+    return os.path.basename(exe).startswith("python") or exe == sys.executable
+
+
+def launch(cmd: list[str], launcher: str | None, nproc: int | None) -> list[str]:
+    """The argv that starts ``cmd`` through ``launcher``: ``cmd`` itself, or under torchrun
+    ``python -m torch.distributed.run --standalone --nproc-per-node N SCRIPT ARGS`` (the
+    command's own interpreter; ``python -m module`` and other programs too).
+
+    Raises:
+        BenchError: an unknown launcher, or ``nproc`` without one (or below 1).
+    """
+    if launcher not in LAUNCHERS:
+        raise BenchError(f"launcher={launcher!r}: choose None (the command itself) or 'torchrun'")
+    if launcher is None:
+        if nproc is not None:
+            raise BenchError(f"nproc={nproc} needs launcher='torchrun' (or use run_parallel for separate processes)")
+        return cmd
+    if nproc is None or nproc < 1:
+        raise BenchError(f"nproc={nproc}: give the number of ranks to start on this machine (1 or more)")
+    head = [sys.executable if not _is_python(cmd[0]) else cmd[0], "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={nproc}"]
+    if not _is_python(cmd[0]):
+        return head + ["--no-python", *cmd]
+    return head + cmd[1:]  # "script.py args" and "-m module args" read the same to torchrun
+
+
 def _run_once(argv: list[str], *, log: Path, env, timeout, step: str, what: str) -> float:
     t0 = time.perf_counter()
     try:
@@ -391,13 +422,25 @@ def _env(env: Mapping[str, str] | None) -> dict | None:
 
 
 def _run_profiled(cmd: list[str], *, name: str, step: str, results_dir: Path, profile_dir: Path, env,
-                  progress: bool, capture_range: str | None = None) -> tuple[Path, dict]:
-    """The extra run under nsys; returns the .nsys-rep path and the run's row."""
+                  progress: bool, capture_range: str | None = None, nproc: int | None = None,
+                  timeout: float | None = None) -> tuple[Path, dict]:
+    """The extra run under nsys; returns the .nsys-rep path (rank 0's under torchrun, ``nproc``
+    ranks, one report each: ``<name>_<rank>.nsys-rep``) and the run's row."""
     from labkit import nsys  # lazy: only profiling needs it (and nsys installed)
 
     results = results_dir / f"{name}.profiled.json"
     t0 = time.perf_counter()
     try:
+        if nproc:
+            from labkit.ranks_profile import RankFailedError, profile_ranks
+
+            try:
+                profile_ranks(cmd + ["--results", str(results)], nproc=nproc, name=name, outdir=profile_dir,
+                              env=dict(env or {}), timeout_s=timeout)
+            except RankFailedError as exc:
+                raise BenchError(f"benchmark {step!r}, profiled run: {exc}") from None
+            return profile_dir / f"{name}_0.nsys-rep", _row(0, True, results, profile_dir / f"{name}.log",
+                                                            time.perf_counter() - t0)
         # nsys passes the application's exit status through, so a failing app lands here
         report = nsys.profile(cmd + ["--results", str(results)], name=name, outdir=profile_dir,
                               env=dict(env or {}), progress=progress, capture_range=capture_range)
@@ -407,5 +450,3 @@ def _run_profiled(cmd: list[str], *, name: str, step: str, results_dir: Path, pr
         raise BenchError(f"benchmark {step!r}, profiled run: {exc}") from None
     log = Path(report.log_path) if report.log_path else profile_dir / f"{name}.log"
     return profile_dir / f"{name}.nsys-rep", _row(0, True, results, log, time.perf_counter() - t0)
-
-
