@@ -1,0 +1,88 @@
+"""Benchmark: one process, several processes, several ranks under torchrun: aggregate frames/s.
+
+Runs source_code/detect_video.py on the same clip and the same frames per source through
+``labkit.bench``: one process with one stream, one process with N streams, N processes side by
+side (``bench.run_parallel``, one stream each) and N ranks under torchrun (``bench.run(...,
+launcher="torchrun", nproc=N)`` with ``--streams N``: one stream per rank, gloo on the CPU).
+Prints one row per way with its frames/s (median of the repeats; summed over processes, or
+rank 0's aggregate over the common window) and the ledger it appended to.
+
+    python benchmarks/scaling.py [--input CLIP] [--n 2] [--frames 64] [--repeats 3] [--device cpu]
+        [--out reports/scaling] [-- EXTRA APP FLAGS]
+
+torchrun sets OMP_NUM_THREADS=1 in each rank unless it is set; the script sets the same for the
+processes side by side, so the two multi-process rows differ only in how they are started.
+Without --input a 640x360 clip (4 s, seed 7) is generated under --out. The ledger is
+``<out>/scaling.jsonl`` (not ``ledger.jsonl``: the lab's speed-up table leaves these rows out).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from labkit import bench
+from labkit.ledger import Ledger, machine_label
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "source_code" / "detect_video.py"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", type=Path, help="video (default: generate one under --out)")
+    p.add_argument("--n", type=int, default=2, help="processes and ranks")
+    p.add_argument("--frames", type=int, default=64, help="frames per source")
+    p.add_argument("--warmup", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
+    p.add_argument("--out", type=Path, default=ROOT / "reports" / "scaling")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds allowed per run")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    clip = args.input
+    if clip is None:
+        clip = args.out / "clip.mp4"
+        if not clip.exists():
+            subprocess.run([sys.executable, str(ROOT / "source_code" / "make_video.py"), "--out", str(clip),
+                            "--seconds", "4", "--seed", "7", "--width", "640", "--height", "360"], check=True)
+    n = args.n
+    command = [sys.executable, str(APP), "--input", str(clip), "--frames", str(args.frames), "--device", args.device,
+               "--no-osd", *extra]
+    ledger = Ledger(args.out / "scaling.jsonl")
+    kw = dict(warmup=args.warmup, ledger=ledger, results_dir=args.out / "results", timeout=args.timeout)
+    one_thread = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # as torchrun gives each rank
+    ways = [
+        ("1 process, 1 stream", lambda: bench.run(command, step="scale_1p", repeats=args.repeats, **kw)),
+        (f"1 process, {n} streams",
+         lambda: bench.run(command + ["--streams", str(n)], step=f"scale_1p_s{n}", repeats=args.repeats, **kw)),
+        (f"{n} processes, 1 stream each", lambda: _median_parallel(command, n, args.repeats, one_thread, kw)),
+        (f"{n} ranks (torchrun), 1 stream each",
+         lambda: bench.run(command + ["--streams", str(n)], step=f"scale_ranks{n}", repeats=args.repeats,
+                           launcher="torchrun", nproc=n, **kw)),
+    ]
+    rows = [(label, run()) for label, run in ways]
+    env = ledger.rows()[-1]["env"]
+    print(f"machine: {machine_label(env)}; clip {clip.name}, {args.frames} frames per source "
+          f"({args.warmup} warm-up), device {args.device}; median of {args.repeats}")
+    base = rows[0][1].fps
+    for label, r in rows:
+        print(f"{label:<36} {r.fps:8.1f} frames/s  {r.fps / base:5.2f}x")
+    print(f"ledger: {ledger.path}")
+    return 0 if all(r.ok for _, r in rows) else 1
+
+
+def _median_parallel(command, n, repeats, env, kw):
+    """``run_parallel`` ``repeats`` times; the result with the median summed fps."""
+    runs = sorted((bench.run_parallel(command, processes=n, step=f"scale_{n}p", env=env, **kw)
+                   for _ in range(repeats)), key=lambda r: r.fps)
+    return runs[len(runs) // 2]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
