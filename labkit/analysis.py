@@ -1,5 +1,5 @@
-"""Analyses of a :class:`labkit.report.Report`: GPU projection of NVTX ranges, stage and batch
-tables, GPU utilization, the bottleneck sentence, pageable copies.
+"""Analyses of a :class:`labkit.report.Report`: stage and batch tables, GPU utilization, the
+bottleneck sentence, steady window, stage overlap, host-device copies.
 
 Everything is vectorized (searchsorted / reduceat over sorted arrays, loops only over threads
 or nesting levels), so a report with a million kernels is analysed in about a second.
@@ -16,8 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from labkit.summaries import gpu_projection
+
 __all__ = [
-    "project_ranges",
+    "steady_window",
+    "stage_overlap",
+    "copy_table",
     "stage_table",
     "batches",
     "gpu_utilization",
@@ -32,92 +36,6 @@ __all__ = [
 ITEMS_MARK = "items"  # same value as labkit.annotate.ITEMS_MARK (not imported: keep this module light)
 WAIT_WORDS = ("wait", "idle", "queue", "sleep", "sync")
 """Stage names containing one of these count as waiting, not as work, in :func:`bottleneck`."""
-
-
-# ----------------------------------------------------------------------------- projection
-def _launches(rep) -> dict[str, np.ndarray]:
-    """One entry per CUDA API call that launched GPU work: global_tid, call start/end, first op
-    start, last op end (ops joined to calls by process and correlation id), sorted by
-    (global_tid, call start). Pure numpy: sort + reduceat + searchsorted."""
-    ops = rep._gpu_core()
-    api = rep._api_core()
-    empty = {c: np.empty(0, dtype=np.int64) for c in ("global_tid", "call_start", "call_end", "op_start", "op_end")}
-    if len(ops["start_ns"]) == 0 or len(api["start_ns"]) == 0:
-        return empty
-    okey = (ops["pid"] << 32) | (ops["correlation_id"] & 0xFFFFFFFF)
-    o = np.argsort(okey, kind="stable")
-    ok = okey[o]
-    first = np.flatnonzero(np.r_[True, ok[1:] != ok[:-1]])
-    keys = ok[first]
-    op_s = np.minimum.reduceat(ops["start_ns"][o], first)
-    op_e = np.maximum.reduceat(ops["end_ns"][o], first)
-    akey = (api["pid"] << 32) | (api["correlation_id"] & 0xFFFFFFFF)
-    order = np.argsort(akey, kind="stable")
-    sk = akey[order]
-    pos = np.minimum(np.searchsorted(sk, keys), len(sk) - 1)
-    found = sk[pos] == keys
-    rows = order[pos[found]]
-    g = api["global_tid"][rows]
-    cs = api["start_ns"][rows]
-    srt = np.lexsort((cs, g))
-    return {"global_tid": g[srt], "call_start": cs[srt], "call_end": api["end_ns"][rows][srt],
-            "op_start": op_s[found][srt], "op_end": op_e[found][srt]}
-
-
-def project_ranges(rep) -> pd.DataFrame:
-    """See :meth:`labkit.report.Report.gpu_projection`."""
-    from labkit.report import PROJECTION_COLUMNS, _empty
-
-    nv = rep.nvtx
-    calls = _launches(rep)
-    sel = (nv["kind"] != "mark").to_numpy().copy()
-    if "end_global_tid" in nv:
-        egt = nv["end_global_tid"].to_numpy()
-        sel &= (egt < 0) | (egt == nv["global_tid"].to_numpy())
-    ridx = np.flatnonzero(sel)
-    if len(calls["global_tid"]) == 0 or len(ridx) == 0:
-        return _empty(PROJECTION_COLUMNS)
-    r_g = nv["global_tid"].to_numpy()[ridx]
-    r_s = nv["start_ns"].to_numpy()[ridx]
-    r_e = nv["end_ns"].to_numpy()[ridx]
-    c_g, c_s, c_e = calls["global_tid"], calls["call_start"], calls["call_end"]
-    lo = np.zeros(len(ridx), dtype=np.int64)
-    hi = np.zeros(len(ridx), dtype=np.int64)
-    # calls of a thread are sequential: those inside [start, end] are one contiguous slice
-    bounds = np.searchsorted(c_g, np.unique(c_g))
-    bounds = np.append(bounds, len(c_g))
-    for i, g in enumerate(np.unique(c_g)):
-        a, b = bounds[i], bounds[i + 1]
-        mine = np.flatnonzero(r_g == g)
-        if len(mine) == 0:
-            continue
-        ends = np.maximum.accumulate(c_e[a:b])
-        lo[mine] = a + np.searchsorted(c_s[a:b], r_s[mine], side="left")
-        hi[mine] = a + np.searchsorted(ends, r_e[mine], side="right")
-    n_ops = np.maximum(hi - lo, 0)
-    keep = n_ops > 0
-    lo, hi, n_ops, ridx = lo[keep], hi[keep], n_ops[keep], ridx[keep]
-    if len(ridx) == 0:
-        return _empty(PROJECTION_COLUMNS)
-    op_s = np.append(calls["op_start"], 0)
-    op_e = np.append(calls["op_end"], 0)
-    idx = np.empty(2 * len(lo), dtype=np.int64)
-    idx[0::2], idx[1::2] = lo, hi
-    p_s = np.minimum.reduceat(op_s, idx)[0::2]
-    p_e = np.maximum.reduceat(op_e, idx)[0::2]
-    sub = nv.iloc[ridx]
-    out = pd.DataFrame({
-        "name": sub["name"].to_numpy(), "domain": sub["domain"].to_numpy(),
-        "style": np.where(sub["kind"].to_numpy() == "start_end", "StartEnd", "PushPop").astype(object),
-        "start_ns": sub["start_ns"].to_numpy(), "end_ns": sub["end_ns"].to_numpy(),
-        "duration_ns": sub["duration_ns"].to_numpy(),
-        "proj_start_ns": p_s, "proj_end_ns": p_e, "proj_duration_ns": p_e - p_s, "num_gpu_ops": n_ops,
-        "tid": sub["tid"].to_numpy(), "pid": sub["pid"].to_numpy(), "depth": sub["depth"].to_numpy(),
-        "parent": sub["parent"].to_numpy(), "nvtx_index": ridx,
-    })
-    out = out.sort_values(["proj_start_ns", "proj_duration_ns"], ascending=[True, False], kind="stable",
-                          ignore_index=True)
-    return out[PROJECTION_COLUMNS]
 
 
 # ----------------------------------------------------------------------------- stages and batches
@@ -174,7 +92,7 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
             "gpu_ms_per_item", "wall_share", "threads"]
     if len(r) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object if c == "stage" else "float64") for c in cols})
-    proj = rep.gpu_projection()
+    proj = gpu_projection(rep)
     gpu = pd.Series(0, index=r.index, dtype="int64")
     if len(proj):
         pj = proj.set_index("nvtx_index")["proj_duration_ns"]
@@ -268,7 +186,7 @@ def gpu_utilization(rep, *, bin_ms: float = 10.0, device_id: int | None = None, 
         window: (start_ns, end_ns) to cover (default: the trace span of NVTX and GPU work).
     Returns: start_ns, end_ns, busy_ns, idle_ns, busy_frac per bin.
     """
-    ops = rep.gpu_ops() if device_id is not None else rep._gpu_core()
+    ops = rep.gpu_ops() if device_id is not None else rep.gpu_arrays()
     if device_id is not None:
         ops = ops[ops["device_id"] == device_id]
     cols = ["start_ns", "end_ns", "busy_ns", "idle_ns", "busy_frac"]
@@ -386,7 +304,7 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     per["self_ms"] = per["self_ns"] / 1e6
     per = per.sort_values("self_ns", ascending=False, ignore_index=True)
     table = per[["thread", "tid", "name", "self_ms", "thread_busy_frac"]].rename(columns={"name": "stage"})
-    ops = rep._gpu_core()
+    ops = rep.gpu_arrays()
     ms, me = busy_intervals(ops["start_ns"], ops["end_ns"])
     gpu_frac = 0.0
     if len(ms):

@@ -1,31 +1,29 @@
-"""Run a command under Nsight Systems and export the report to SQLite.
+"""Run Nsight Systems: record a command, export a report to SQLite; both return paths.
 
-``profile`` builds a safe ``nsys profile`` command line (no CPU sampling, no context-switch
-trace: sampling hangs Debian's nsys 2022.4 here, and both bloat the report), streams the
-program's output to a log beside the report while showing elapsed time, keeps the
-``.nsys-rep`` and its ``.sqlite`` export, and returns the loaded :class:`labkit.report.Report`.
+``record`` builds a safe ``nsys profile`` command line (no CPU sampling, no context-switch
+trace: sampling hangs Debian's nsys 2022.4 here, and both bloat the report) and streams the
+program's output to a log beside the report while showing elapsed time on one updating line.
+Loading is :mod:`labkit.report`'s job (``labkit.profile`` = record + export + load).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import subprocess
 import sys
-import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from labkit.env import reports_dir
 from labkit.errors import LabkitError
 from labkit.errors import output_tail as _tail
 
 __all__ = [
-    "profile",
+    "record",
+    "Recording",
     "profile_command",
     "export_sqlite",
-    "cli_profile",
     "NsysError",
     "NsysNotFoundError",
     "CaptureRangeError",
@@ -86,14 +84,25 @@ def profile_command(command: Sequence[str], *, output: Path, trace=("cuda", "nvt
     return argv + extra + list(command)
 
 
-def profile(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profiles", capture_range=None,
-            nsys_args: Sequence[str] = (), env: dict | None = None, overwrite: bool = False,
-            progress: bool = True, nsys: str | None = None):
-    """Run ``command`` under ``nsys profile`` and load the result.
+@dataclass(frozen=True)
+class Recording:
+    """What :func:`record` wrote: the report, the program's log, and how it was made."""
+
+    nsys_rep: Path
+    log: Path
+    argv: list
+    wall_s: float
+    nsys: str
+
+
+def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profiles", capture_range=None,
+           nsys_args: Sequence[str] = (), env: dict | None = None, overwrite: bool = False,
+           progress: bool = True, nsys: str | None = None) -> Recording:
+    """Run ``command`` under ``nsys profile``; return the paths written (nothing is loaded).
 
     Args:
         command: argv list, or a string split like a shell would.
-        name: report name: writes ``outdir/name.nsys-rep``, ``.sqlite`` and ``.log``.
+        name: report name: writes ``outdir/name.nsys-rep`` and ``outdir/name.log``.
         trace: nsys ``--trace`` APIs (keep it small: osrt/cudnn/cublas make reports huge).
         capture_range: None (whole run), "cudaProfilerApi", or an NVTX range name
             (``"measure"`` or ``"measure@domain"``): only that range is recorded, so warm-up
@@ -101,12 +110,10 @@ def profile(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profi
         nsys_args: extra nsys options, added before the command.
         env: extra environment variables for the program.
         overwrite: replace an existing report of the same name.
-        progress: show a spinner with elapsed time on stderr.
-    Returns: :class:`labkit.report.Report` with ``log_path`` pointing at the program's output.
-    Raises: NsysNotFoundError, ReportExistsError, CaptureRangeError, NsysError.
+        progress: one updating line with the elapsed time (a terminal, or a widget in Jupyter).
+    Returns: :class:`Recording` (``nsys_rep``, ``log``, ``argv``, ``wall_s``, ``nsys``).
+    Raises: NsysNotFoundError, ReportExistsError, CaptureRangeError, ProgramFailedError, NsysError.
     """
-    from labkit.report import load_report
-
     argv_cmd = shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
     if not argv_cmd:
         raise NsysError("empty command: pass the program to profile, e.g. ['python', 'app.py']")
@@ -139,7 +146,7 @@ def profile(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profi
         except OSError as exc:
             raise NsysNotFoundError(f"cannot run {exe} ({exc}): install nsys with scripts/install-nsys "
                                     f"or set LABKIT_NSYS") from None
-        _wait_with_progress(proc, f"nsys profile {name}", t0, progress)
+        _wait_with_progress(proc, f"nsys profile {name}", progress)
     output = log.read_text(errors="replace")
     if proc.returncode != 0:
         if rep.exists():  # nsys passes the program's exit status through and still writes the report
@@ -157,46 +164,44 @@ def profile(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profi
         hint = (" (only a .qdstrm was left: nsys's importer is missing; run scripts/install-nsys to fix it)"
                 if qd.exists() else "")
         raise NsysError(f"nsys finished but wrote no {rep.name}{hint}; its output:\n{_tail(output)}")
-    export_sqlite(rep, nsys=exe, progress=progress)
-    report = load_report(rep, nsys=exe)
-    report.log_path = log
-    report.meta["profile_command"] = shlex.join(argv)
-    report.meta["profile_wall_s"] = round(time.monotonic() - t0, 3)
-    return report
+    return Recording(nsys_rep=rep, log=log, argv=argv, wall_s=round(time.monotonic() - t0, 3), nsys=exe)
 
 
-def _wait_with_progress(proc: subprocess.Popen, label: str, t0: float, progress: bool) -> None:
-    interactive = sys.stderr.isatty() or "ipykernel" in sys.modules
-    if not progress or not interactive:  # a log file or CI: one line at the end is enough
-        proc.wait()
-        if progress:
-            print(f"{label}: done in {time.monotonic() - t0:.1f} s (exit {proc.returncode})", file=sys.stderr)
-        return
-    stop = threading.Event()
-
-    def spin():
-        try:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(desc=label, bar_format="{desc}: {elapsed}", file=sys.stderr, leave=False)
-            while not stop.wait(0.5):
-                bar.refresh()
-            bar.close()
-        except Exception:  # progress display must never break profiling
-            pass
-
-    th = threading.Thread(target=spin, daemon=True)
-    th.start()
+def _progress_bar(label: str, progress: bool):
+    """One updating line: a tqdm bar on a terminal, a widget in Jupyter; None where neither
+    renders in place (a log file, CI, a notebook without ipywidgets), so nothing is printed."""
+    if not progress:
+        return None
     try:
-        proc.wait()
+        if "ipykernel" in sys.modules:
+            import ipywidgets  # noqa: F401  (without it tqdm.notebook falls back to a line per update)
+            from tqdm.notebook import tqdm
+        elif sys.stderr.isatty():
+            from tqdm import tqdm
+        else:
+            return None
+        return tqdm(desc=label, bar_format="{desc}: {elapsed}", leave=False)
+    except Exception:  # progress display must never break profiling
+        return None
+
+
+def _wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> None:
+    bar = _progress_bar(label, progress)
+    try:
+        while True:
+            try:
+                proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if bar is not None:
+                    bar.refresh()
     except KeyboardInterrupt:
         proc.terminate()
         proc.wait()
         raise
     finally:
-        stop.set()
-        th.join(timeout=2)
-    print(f"{label}: done in {time.monotonic() - t0:.1f} s (exit {proc.returncode})", file=sys.stderr)
+        if bar is not None:
+            bar.close()
 
 
 def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, force: bool = False) -> Path:
@@ -229,43 +234,3 @@ def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, 
     if progress:
         print(f"nsys export {rep_path.name}: {time.monotonic() - t0:.1f} s", file=sys.stderr)
     return db
-
-
-def cli_profile(argv: list[str]) -> int:
-    """``python -m labkit profile [--name N] [--outdir D] [--trace T] [--capture-range R] [--overwrite] -- CMD``."""
-    p = argparse.ArgumentParser(prog="python -m labkit profile",
-                                description="Run a command under nsys; keep .nsys-rep, .sqlite and the program log.")
-    p.add_argument("--name", help="report name (default: the program's file name)")
-    p.add_argument("--outdir", default=str(reports_dir() / "profiles"))
-    p.add_argument("--trace", default="cuda,nvtx")
-    p.add_argument("--capture-range", default=None,
-                   help="cudaProfilerApi, or an NVTX range name that starts the capture")
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--summary", choices=("nvtx", "kernels", "none"), default="nvtx",
-                   help="summary printed afterwards")
-    p.add_argument("command", nargs=argparse.REMAINDER)
-    args = p.parse_args(argv)
-    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not cmd:
-        p.print_usage(sys.stderr)
-        print("labkit: no command given: put it after --, e.g. python -m labkit profile -- python app.py",
-              file=sys.stderr)
-        return 2
-    # default name: the script of "python script.py ...", else the program itself
-    is_python = Path(cmd[0]).name.startswith("python") and len(cmd) > 1 and not cmd[1].startswith("-")
-    name = args.name or Path(cmd[1] if is_python else cmd[0]).stem
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            rep = profile(cmd, name=name, trace=args.trace.split(","), outdir=args.outdir,
-                          capture_range=args.capture_range, overwrite=args.overwrite)
-    except LabkitError as exc:
-        print(f"labkit: {exc}", file=sys.stderr)
-        return 1
-    print(f"report: {rep.path} (sqlite: {Path(rep.path).with_suffix('.sqlite')}, log: {rep.log_path})")
-    if args.summary != "none":
-        df = rep.nvtx_summary() if args.summary == "nvtx" else rep.kernel_summary()
-        print(df.to_string(index=False) if len(df) else f"(no {args.summary} data)")
-    return 0

@@ -9,6 +9,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+import labkit
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "notebooks"))
 import lab  # noqa: E402
@@ -346,12 +348,12 @@ def test_copies_of_a_real_gpu_pipeline_after_warmup():
     up = c.loc[("Host-to-Device", "Pinned")]
     assert up["copies"] == 5 and up["kb_per_copy"] == pytest.approx(4 * 360 * 640 * 3 / 1e3)  # 4 uint8 frames
     assert c.loc[("Device-to-Host", "Pageable"), "copies"] == 5  # detections back to the host
-    every = rep.copy_table().set_index(["kind", "host"])
+    every = labkit.copy_table(rep).set_index(["kind", "host"])
     assert every.loc[("Host-to-Device", "Pinned"), "copies"] == 6
     assert every["ms"].sum() == pytest.approx(m.loc[m["bytes"].isin([2764800, 9600]), "duration_ns"].sum() / 1e6)
     cpu = SimpleNamespace(profile=FIXTURES / "annotated.nsys2022.4.sqlite", config={"batch_size": 1})
     assert lab.copies(cpu).startswith("No host-device copies")
-    assert list(lab.report(cpu).copy_table().columns) == ["kind", "host", "copies", "mb", "kb_per_copy", "ms"]
+    assert list(labkit.copy_table(lab.report(cpu)).columns) == ["kind", "host", "copies", "mb", "kb_per_copy", "ms"]
     assert lab.copies(lab.Skipped("gpu_preprocess", "no GPU")).startswith("No profile")
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import time
-import warnings
 from pathlib import Path
 
 import matplotlib
@@ -20,9 +19,7 @@ FIX = Path(__file__).parent / "fixtures"
 
 
 def _load(name):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_report(FIX / name)
+    return load_report(FIX / name)
 
 
 def test_gpu_fixture_rows():
