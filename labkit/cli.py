@@ -38,28 +38,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<8} {help_}", file=out)
         return 2 if unknown else 0
     module, func, _ = _COMMANDS[argv[0]]
-    return int(getattr(importlib.import_module(module), func)(argv[1:]) or 0)
-
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in {"-h", "--help"} or argv[0] not in _COMMANDS:
-        unknown = argv and argv[0] not in {"-h", "--help"}
-        out = sys.stderr if unknown else sys.stdout
-        if unknown:
-            print(f"labkit: unknown command {argv[0]!r}", file=out)
-        print("usage: python -m labkit COMMAND [ARGS]\n\ncommands:", file=out)
-        for name, (_, _, help_) in _COMMANDS.items():
-            print(f"  {name:<8} {help_}", file=out)
-        return 2 if unknown else 0
-    module, func, _ = _COMMANDS[argv[0]]
     try:
         return int(getattr(importlib.import_module(module), func)(argv[1:]) or 0)
     except BrokenPipeError:  # `python -m labkit summary R | head`: the reader left, nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-
 
 
 def cli_summary(argv: list[str]) -> int:

@@ -159,3 +159,16 @@ def test_failing_program_is_reported_with_its_output(tmp_path):
     with pytest.raises(ProgramFailedError, match="(?s)status 3.*about to fail"):
         profile([sys.executable, "-c", code], name="fail", outdir=tmp_path, trace=("nvtx",))
     assert (tmp_path / "fail.nsys-rep").exists() and "about to fail" in (tmp_path / "fail.log").read_text()
+
+
+@pytest.mark.nsys
+@skip_no_nsys
+def test_record_returns_paths_and_prints_no_progress_lines_off_a_terminal(tmp_path, capfd):
+    """Off a terminal/notebook widget, progress=True prints nothing (it used to print a line per run,
+    and a notebook cell got a line per second); record loads nothing and returns the paths."""
+    from labkit.nsys import Recording, record
+
+    rec = record([sys.executable, str(PROGRAM)], name="quiet", outdir=tmp_path, trace=("nvtx",), progress=True)
+    assert isinstance(rec, Recording) and rec.nsys_rep == tmp_path / "quiet.nsys-rep" and rec.nsys_rep.exists()
+    assert rec.log.exists() and not (tmp_path / "quiet.sqlite").exists()  # nothing exported or loaded
+    assert "nsys profile" not in capfd.readouterr().err
