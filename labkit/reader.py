@@ -113,6 +113,10 @@ class _Db:
             self._notnull[table] = {r[1] for r in self.con.execute(f"PRAGMA table_info([{table}])") if r[3]}
         return self._notnull[table]
 
+    def any_rows(self, table: str) -> bool:
+        """True when ``table`` exists and holds a row (without counting a million of them)."""
+        return table in self.tables and bool(self.scalar_rows(f"SELECT 1 FROM [{table}] LIMIT 1"))
+
     def count(self, table: str) -> int:
         if table not in self._count:
             self._count[table] = int(self.scalar_rows(f"SELECT count(*) FROM [{table}]")[0][0]) \

@@ -36,14 +36,13 @@ class Report:
 
     Frames (columns listed in ``NVTX_COLUMNS``, ``KERNEL_COLUMNS``, ...): ``nvtx``, ``kernels``,
     ``memcpy``, ``memset``, ``cuda_api``, ``sync``, ``gpu`` (one row per GPU), ``threads``.
-    The CUDA frames are read from the export on first use (and kept), so a summary that needs
-    two columns of a million kernels reads only those. ``meta`` holds nsys/schema versions,
+    Frames are read from the export on first use (and kept), so loading costs next to nothing
+    and a summary that needs two columns of a million kernels reads only those. ``meta`` holds nsys/schema versions,
     capture time and trace span; ``has_cuda`` / ``has_nvtx`` say what the report holds, and
     ``notes`` says in words what it lacks (a CPU run has no CUDA tables: that is data, not a fault).
     """
 
     path: Path
-    nvtx: pd.DataFrame
     gpu: pd.DataFrame
     threads: pd.DataFrame
     meta: dict = field(default_factory=dict)
@@ -54,6 +53,8 @@ class Report:
     _frames: dict = field(default_factory=dict, repr=False)
 
     _LOADERS = {
+        "nvtx": lambda r: read_nvtx(r._db, r._strings, dict(zip(r.threads["global_tid"], r.threads["thread_name"])),
+                                    r.notes),
         "kernels": lambda r: _read_kernels(r._db, r._strings),
         "memcpy": lambda r: _read_memcpy(r._db),
         "memset": lambda r: _read_memset(r._db),
@@ -66,6 +67,7 @@ class Report:
             self._frames[name] = self._LOADERS[name](self)
         return self._frames[name]
 
+    nvtx = property(lambda self: self._frame("nvtx"), doc="NVTX ranges and marks, nested per thread: NVTX_COLUMNS.")
     kernels = property(lambda self: self._frame("kernels"), doc="Kernels: see KERNEL_COLUMNS.")
     memcpy = property(lambda self: self._frame("memcpy"), doc="Memory copies: see MEMCPY_COLUMNS.")
     memset = property(lambda self: self._frame("memset"), doc="Memsets: see MEMSET_COLUMNS.")
@@ -78,12 +80,12 @@ class Report:
                     cuda_api: pd.DataFrame | None = None, path="(frames)", meta: dict | None = None) -> "Report":
         """A Report over frames built in memory (tests, synthetic data); missing frames are empty."""
         nv = nvtx_frame_empty() if nvtx is None else nvtx
-        frames = {"kernels": _empty(KERNEL_COLUMNS) if kernels is None else kernels,
+        frames = {"nvtx": nv, "kernels": _empty(KERNEL_COLUMNS) if kernels is None else kernels,
                   "memcpy": _empty(MEMCPY_COLUMNS) if memcpy is None else memcpy,
                   "memset": _empty(MEMSET_COLUMNS) if memset is None else memset,
                   "cuda_api": _empty(CUDA_API_COLUMNS) if cuda_api is None else cuda_api,
                   "sync": _empty(SYNC_COLUMNS)}
-        return cls(path=Path(path), nvtx=nv, gpu=pd.DataFrame({"device_id": pd.Series(dtype="int64")}),
+        return cls(path=Path(path), gpu=pd.DataFrame({"device_id": pd.Series(dtype="int64")}),
                    threads=pd.DataFrame({"global_tid": pd.Series(dtype="int64")}), meta=dict(meta or {}),
                    _frames=frames)
 
@@ -104,7 +106,7 @@ class Report:
         """True when CUDA was traced: CUDA API calls or GPU operations are present (a CPU run: False)."""
         if self._db is None:
             return any(len(self._frames[n]) for n in ("kernels", "memcpy", "memset", "cuda_api"))
-        return any(self._db.count(t) for t in ("CUPTI_ACTIVITY_KIND_RUNTIME",) + _GPU_TABLES)
+        return any(self._db.any_rows(t) for t in ("CUPTI_ACTIVITY_KIND_RUNTIME",) + _GPU_TABLES)
 
     @property
     def nsys_version(self) -> str | None:
@@ -237,18 +239,15 @@ def _load_sqlite(path: Path) -> Report:
     strings = read_strings(db)
     meta = _read_meta(db)
     threads = _read_threads(db, strings)
-    thread_names = dict(zip(threads["global_tid"], threads["thread_name"]))
-    nvtx = read_nvtx(db, strings, thread_names, notes)
     gpu = _read_gpu(db)
     cuda_tables = [t for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL") if t in db.tables]
-    gpu_rows = sum(db.count(t) for t in _GPU_TABLES)
     if not cuda_tables:
         notes.append(f"{path.name}: no CUDA tables (was the run traced with -t cuda, and did it use the GPU?)")
-    elif gpu_rows == 0:
+    elif not any(db.any_rows(t) for t in _GPU_TABLES):
         ver = meta.get("nsys_version") or "unknown"
         notes.append(f"{path.name}: no GPU activity recorded (CUDA API only): the nsys that recorded it "
                      f"({ver}) may be too old for the GPU driver; profile with a newer nsys")
-    return Report(path=path, nvtx=nvtx, gpu=gpu, threads=threads, meta=meta, notes=notes,
+    return Report(path=path, gpu=gpu, threads=threads, meta=meta, notes=notes,
                   _db=db, _strings=strings)
 
 

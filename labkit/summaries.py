@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.reader import PROJECTION_COLUMNS, SUMMARY_COLUMNS, _empty, _lookup
+from labkit.reader_nvtx import range_durations
 
 __all__ = ["nvtx_summary", "kernel_summary", "memcpy_summary", "gpu_projection", "gpu_projection_summary"]
 
@@ -38,10 +39,13 @@ def nvtx_summary(rep) -> pd.DataFrame:
     ``style`` (PushPop/StartEnd), instances, total/avg/med/min/max/stddev in ns, time_pct;
     sorted by total time, descending.
     """
-    r = rep.nvtx[rep.nvtx["kind"] != "mark"]
-    style = np.where(r["kind"].to_numpy() == "start_end", "StartEnd", "PushPop")
-    df = pd.DataFrame({"name": r["name"].to_numpy(), "domain": r["domain"].to_numpy(), "style": style,
-                       "duration_ns": r["duration_ns"].to_numpy()})
+    if "nvtx" not in rep._frames and rep._db is not None:
+        df = range_durations(rep._db, rep._strings)  # one grouped query: no nesting, no payloads
+    else:
+        r = rep.nvtx[rep.nvtx["kind"] != "mark"]
+        style = np.where(r["kind"].to_numpy() == "start_end", "StartEnd", "PushPop")
+        df = pd.DataFrame({"name": r["name"].to_numpy(), "domain": r["domain"].to_numpy(), "style": style,
+                           "duration_ns": r["duration_ns"].to_numpy()})
     out = _summarize(df, ["domain", "name", "style"], "duration_ns")
     return out[["name", "domain", "style"] + SUMMARY_COLUMNS[1:]]
 
@@ -57,19 +61,9 @@ def kernel_summary(rep, *, names: str = "demangled", by_launch: bool = False) ->
     """
     t = "CUPTI_ACTIVITY_KIND_KERNEL"
     if not by_launch and "kernels" not in rep._frames and rep._db is not None and rep._db.has(t, "start"):
-        # fast path: group the name ids (as nsys does), resolve names once per group
-        if names == "short":
-            c = rep._db.cols(t, ["start", "end", "shortName"])
-            ids = c["shortName"]
-        elif "demangledName" in rep._db.notnull(t):
-            c = rep._db.cols(t, ["start", "end", "demangledName"])
-            ids = c["demangledName"]
-        else:
-            c = rep._db.cols(t, ["start", "end", "shortName", "demangledName"])
-            ids = np.where(c["demangledName"] >= 0, c["demangledName"], c["shortName"])
-        out = _summarize(pd.DataFrame({"id": ids, "duration_ns": c["end"] - c["start"]}), ["id"], "duration_ns")
-        out.insert(0, "name", _lookup(rep._strings, out["id"].to_numpy()))
-        return out[SUMMARY_COLUMNS]
+        out = _kernel_summary_sql(rep, t, names)
+        if out is not None:
+            return out
     k = rep.kernels
     col = "demangled" if names == "demangled" else "name"
     df = pd.DataFrame({"name": np.asarray(k[col], dtype=object), "duration_ns": k["duration_ns"].to_numpy()})
@@ -80,6 +74,51 @@ def kernel_summary(rep, *, names: str = "demangled", by_launch: bool = False) ->
         keys = ["name", "grid", "block"]
     out = _summarize(df, keys, "duration_ns")
     return out[keys + SUMMARY_COLUMNS[1:]]
+
+
+_DUR_BITS = 40  # a kernel shorter than 2**40 ns (18 minutes): name id and duration share one integer
+
+
+def _kernel_summary_sql(rep, t: str, names: str) -> pd.DataFrame | None:
+    """kernel_summary from one column read: SQLite packs (name id, duration) into one integer per
+    kernel, numpy sorts them, and groups, medians and deviations come from the sorted run, as nsys
+    groups by name id. None when the packing does not fit (then the frame path is used)."""
+    db = rep._db
+    if names == "short":
+        key = "[shortName]"
+    elif "demangledName" in db.notnull(t):
+        key = "[demangledName]"
+    else:
+        key = "coalesce([demangledName], [shortName])"
+    if db.count(t) > 20_000_000:  # group_concat's text is capped at 1 GB
+        return None
+    # no ORDER BY: the order does not matter once sorted, and SQLite's sort would cost more than numpy's
+    if len(rep._strings) >= 2**(62 - _DUR_BITS):
+        return None
+    joined, n, want = db.scalar_rows(
+        f"SELECT group_concat(({key} << {_DUR_BITS}) | ([end] - [start])), count(*), sum([end] - [start]) "
+        f"FROM [{t}]")[0]
+    if n == 0:
+        return _summarize(pd.DataFrame({"name": [], "duration_ns": []}), ["name"], "duration_ns")
+    packed = np.sort(np.fromstring(joined, dtype=np.int64, sep=","))
+    ids, dur = packed >> _DUR_BITS, packed & (2**_DUR_BITS - 1)
+    # a negative duration or a NULL id makes a packed value negative, a duration of 2**40 ns or more
+    # loses bits (so the decoded total falls short): either way the frame path takes over
+    if len(packed) != n or packed[0] < 0 or int(dur.sum()) != want:
+        return None
+    first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    count = np.diff(np.r_[first, len(ids)])
+    total = np.add.reduceat(dur, first)
+    mean = total / count
+    dev = dur - np.repeat(mean, count)
+    std = np.sqrt(np.add.reduceat(dev * dev, first) / np.maximum(count - 1, 1))
+    med = (dur[first + (count - 1) // 2] + dur[first + count // 2]) / 2
+    out = pd.DataFrame({"name": _lookup(rep._strings, ids[first]), "instances": count.astype(np.int64),
+                        "total_ns": total.astype(np.int64), "avg_ns": mean, "med_ns": med,
+                        "min_ns": dur[first], "max_ns": dur[first + count - 1],
+                        "stddev_ns": np.where(count > 1, std, 0.0)})
+    out["time_pct"] = out["total_ns"] * 100.0 / total.sum()
+    return out.sort_values("total_ns", ascending=False, kind="stable", ignore_index=True)[SUMMARY_COLUMNS]
 
 
 def memcpy_summary(rep) -> pd.DataFrame:

@@ -217,3 +217,20 @@ def test_column_reads_survive_rowid_gaps_and_chunking(gpu, tmp_path, monkeypatch
     pd.testing.assert_frame_equal(small.nvtx, gpu.nvtx)
     pd.testing.assert_frame_equal(labkit.gpu_projection(small), labkit.gpu_projection(gpu))
     pd.testing.assert_frame_equal(small.kernels, gpu.kernels)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIX.glob("*.sqlite")))
+def test_fast_summaries_equal_the_frame_path(name):
+    """nvtx_summary / kernel_summary read straight from SQLite (one grouped query, one packed column)
+    give the same rows as the same summaries over the loaded frames."""
+    fast = load_report(FIX / name)
+    got = {"nvtx": labkit.nvtx_summary(fast), "kernels": labkit.kernel_summary(fast),
+           "short": labkit.kernel_summary(fast, names="short")}
+    assert "nvtx" not in fast._frames  # the fast paths loaded no frame
+    assert "kernels" not in fast._frames or "CUPTI_ACTIVITY_KIND_KERNEL" not in fast._db.tables
+    full = load_report(FIX / name).load_all()
+    want = {"nvtx": labkit.nvtx_summary(full), "kernels": labkit.kernel_summary(full),
+            "short": labkit.kernel_summary(full, names="short")}
+    for k in got:
+        a, b = (x.sort_values(list(x.columns[:3]), ignore_index=True) for x in (got[k], want[k]))
+        pd.testing.assert_frame_equal(a, b, check_dtype=False, check_categorical=False, rtol=1e-9)
