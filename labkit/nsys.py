@@ -7,6 +7,7 @@ Loading is :mod:`labkit.report`'s job (``labkit.profile`` = record + export + lo
 """
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import subprocess
@@ -23,6 +24,7 @@ __all__ = [
     "record",
     "Recording",
     "profile_command",
+    "supports_option",
     "export_sqlite",
     "NsysError",
     "NsysNotFoundError",
@@ -64,13 +66,31 @@ def _nsys_or_raise(nsys: str | None = None) -> str:
     return path
 
 
+@functools.lru_cache(maxsize=8)
+def supports_option(exe: str, option: str) -> bool:
+    """Whether this nsys's ``nsys profile --help`` lists ``option`` (2022.4 has --cuda-graph-trace)."""
+    try:
+        out = subprocess.run([exe, "profile", "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return option in out.stdout + out.stderr
+
+
 def profile_command(command: Sequence[str], *, output: Path, trace=("cuda", "nvtx"), capture_range=None,
-                    nsys_args: Sequence[str] = (), overwrite: bool = False, nsys: str = "nsys") -> list[str]:
-    """The ``nsys profile`` argv that :func:`profile` runs (exposed for tests and notebooks)."""
+                    nsys_args: Sequence[str] = (), overwrite: bool = False, nsys: str = "nsys",
+                    graph_nodes: bool = True) -> list[str]:
+    """The ``nsys profile`` argv that :func:`record` runs (exposed for tests and notebooks).
+
+    ``graph_nodes``: with CUDA traced, record each CUDA-graph node as its own kernel
+    (``--cuda-graph-trace=node``; nsys's default records a whole graph as one row), unless
+    ``nsys_args`` already choose.
+    """
     trace = ",".join(trace) if not isinstance(trace, str) else trace
     argv = [nsys, "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none",
             f"--output={output}", f"--force-overwrite={'true' if overwrite else 'false'}"]
     extra = list(nsys_args)
+    if graph_nodes and "cuda" in trace.split(",") and not any(a.startswith("--cuda-graph-trace") for a in extra):
+        argv.append("--cuda-graph-trace=node")
     if capture_range:
         if capture_range == "cudaProfilerApi":
             argv.append("--capture-range=cudaProfilerApi")
@@ -131,7 +151,8 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
         if p.exists():
             p.unlink()
     argv = profile_command(argv_cmd, output=base, trace=trace, capture_range=capture_range,
-                           nsys_args=nsys_args, overwrite=overwrite, nsys=exe)
+                           nsys_args=nsys_args, overwrite=overwrite, nsys=exe,
+                           graph_nodes=supports_option(exe, "--cuda-graph-trace"))
     run_env = dict(os.environ)
     run_env.update(env or {})
     if capture_range and capture_range != "cudaProfilerApi":

@@ -27,6 +27,7 @@ __all__ = [
     "MEMSET_COLUMNS",
     "CUDA_API_COLUMNS",
     "SYNC_COLUMNS",
+    "GRAPH_COLUMNS",
     "SUMMARY_COLUMNS",
     "PROJECTION_COLUMNS",
     "trim_export",
@@ -62,6 +63,9 @@ CUDA_API_COLUMNS = ["name", "tid", "pid", "global_tid", "correlation_id", "start
                     "duration_ns", "return_value"]
 SYNC_COLUMNS = ["kind", "device_id", "context_id", "stream_id", "correlation_id", "start_ns", "end_ns",
                 "duration_ns", "pid"]
+GRAPH_COLUMNS = ["name", "graph_id", "device_id", "context_id", "stream_id", "correlation_id", "start_ns", "end_ns",
+                 "duration_ns", "pid"]
+GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"  # whole-graph rows: nsys's default --cuda-graph-trace=graph
 SUMMARY_COLUMNS = ["name", "instances", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns",
                    "time_pct"]
 PROJECTION_COLUMNS = ["name", "domain", "style", "start_ns", "end_ns", "duration_ns", "proj_start_ns",
@@ -353,6 +357,22 @@ def _read_sync(db: _Db) -> pd.DataFrame:
         "kind": _map_codes(c["syncType"], kinds), "device_id": c["deviceId"], "context_id": c["contextId"],
         "stream_id": c["streamId"], "correlation_id": c["correlationId"], "start_ns": c["start"],
         "end_ns": c["end"], "duration_ns": c["end"] - c["start"], "pid": _pid(c["globalPid"]),
+    })
+
+
+def _read_graphs(db: _Db) -> pd.DataFrame:
+    """Whole-graph executions (one row per CUDA graph launch, its nodes not traced one by one)."""
+    if not db.has(GRAPH_TABLE, "start", "end"):
+        return _empty(GRAPH_COLUMNS)
+    c = db.cols(GRAPH_TABLE, ["start", "end", "graphId", "deviceId", "contextId", "streamId", "correlationId",
+                              "globalPid"])
+    uniq, inv = np.unique(c["graphId"], return_inverse=True)
+    names = np.array([f"[CUDA graph {int(g)}]" for g in uniq], dtype=object)[inv] if len(uniq) \
+        else np.empty(0, dtype=object)
+    return pd.DataFrame({
+        "name": names, "graph_id": c["graphId"], "device_id": c["deviceId"], "context_id": c["contextId"],
+        "stream_id": c["streamId"], "correlation_id": c["correlationId"], "start_ns": c["start"], "end_ns": c["end"],
+        "duration_ns": c["end"] - c["start"], "pid": _pid(c["globalPid"]),
     })
 
 

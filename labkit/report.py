@@ -16,18 +16,19 @@ import numpy as np
 import pandas as pd
 
 from labkit import nsys as _nsys
-from labkit.reader import (_TID_MASK, CUDA_API_COLUMNS, KERNEL_COLUMNS, MEMCPY_COLUMNS, MEMSET_COLUMNS,
-                           NVTX_COLUMNS, PROJECTION_COLUMNS, SUMMARY_COLUMNS, SYNC_COLUMNS, ReportError, _Db, _empty, _pid, _read_cuda_api, _read_gpu,
-                           _read_kernels, _read_memcpy, _read_memset, _read_meta, _read_sync,
-                           _read_threads, read_strings)
+from labkit.reader import (_TID_MASK, CUDA_API_COLUMNS, GRAPH_COLUMNS, GRAPH_TABLE, KERNEL_COLUMNS,
+                           MEMCPY_COLUMNS, MEMSET_COLUMNS, NVTX_COLUMNS, PROJECTION_COLUMNS, SUMMARY_COLUMNS,
+                           SYNC_COLUMNS, ReportError, _Db, _empty, _pid, _read_cuda_api, _read_gpu, _read_graphs,
+                           _read_kernels, _read_memcpy, _read_memset, _read_meta, _read_sync, _read_threads,
+                           read_strings)
 from labkit.reader_nvtx import nvtx_frame_empty, read_nvtx
 
 __all__ = ["Report", "load_report", "profile", "ReportError",
            # the frames' columns (defined with their readers, named here beside the data)
-           "NVTX_COLUMNS", "KERNEL_COLUMNS", "MEMCPY_COLUMNS", "MEMSET_COLUMNS", "CUDA_API_COLUMNS", "SYNC_COLUMNS",
+           "NVTX_COLUMNS", "KERNEL_COLUMNS", "MEMCPY_COLUMNS", "MEMSET_COLUMNS", "CUDA_API_COLUMNS", "SYNC_COLUMNS", "GRAPH_COLUMNS",
            "SUMMARY_COLUMNS", "PROJECTION_COLUMNS"]
 
-_GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+_GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", GRAPH_TABLE)
 
 
 @dataclass(eq=False)
@@ -60,6 +61,7 @@ class Report:
         "memset": lambda r: _read_memset(r._db),
         "cuda_api": lambda r: _read_cuda_api(r._db, r._strings),
         "sync": lambda r: _read_sync(r._db),
+        "graphs": lambda r: _read_graphs(r._db),
     }
 
     def _frame(self, name: str) -> pd.DataFrame:
@@ -73,6 +75,8 @@ class Report:
     memset = property(lambda self: self._frame("memset"), doc="Memsets: see MEMSET_COLUMNS.")
     cuda_api = property(lambda self: self._frame("cuda_api"), doc="CUDA runtime/driver calls: CUDA_API_COLUMNS.")
     sync = property(lambda self: self._frame("sync"), doc="CUDA synchronization activity: SYNC_COLUMNS.")
+    graphs = property(lambda self: self._frame("graphs"),
+                      doc="Whole CUDA graph executions (nsys --cuda-graph-trace=graph, its default): GRAPH_COLUMNS.")
 
     @classmethod
     def from_frames(cls, *, nvtx: pd.DataFrame | None = None, kernels: pd.DataFrame | None = None,
@@ -84,7 +88,7 @@ class Report:
                   "memcpy": _empty(MEMCPY_COLUMNS) if memcpy is None else memcpy,
                   "memset": _empty(MEMSET_COLUMNS) if memset is None else memset,
                   "cuda_api": _empty(CUDA_API_COLUMNS) if cuda_api is None else cuda_api,
-                  "sync": _empty(SYNC_COLUMNS)}
+                  "sync": _empty(SYNC_COLUMNS), "graphs": _empty(GRAPH_COLUMNS)}
         return cls(path=Path(path), gpu=pd.DataFrame({"device_id": pd.Series(dtype="int64")}),
                    threads=pd.DataFrame({"global_tid": pd.Series(dtype="int64")}), meta=dict(meta or {}),
                    _frames=frames)
@@ -105,7 +109,7 @@ class Report:
     def has_cuda(self) -> bool:
         """True when CUDA was traced: CUDA API calls or GPU operations are present (a CPU run: False)."""
         if self._db is None:
-            return any(len(self._frames[n]) for n in ("kernels", "memcpy", "memset", "cuda_api"))
+            return any(len(self._frames[n]) for n in ("kernels", "memcpy", "memset", "cuda_api", "graphs"))
         return any(self._db.any_rows(t) for t in ("CUPTI_ACTIVITY_KIND_RUNTIME",) + _GPU_TABLES)
 
     @property
@@ -129,14 +133,15 @@ class Report:
 
     # -- GPU operations
     def gpu_ops(self) -> pd.DataFrame:
-        """Kernels, copies and memsets together: name, category, device_id, stream_id,
+        """Kernels, copies, memsets and whole CUDA graphs together: name, category, device_id, stream_id,
         correlation_id, pid, start_ns, end_ns, duration_ns; sorted by start (built once and
         shared: copy it before changing it)."""
         if "_gpu_ops" in self._frames:  # built once: concatenating a million rows is not free
             return self._frames["_gpu_ops"]
         cols = ["name", "device_id", "stream_id", "correlation_id", "pid", "start_ns", "end_ns", "duration_ns"]
         parts = []
-        for cat, df in (("kernel", self.kernels), ("memcpy", self.memcpy), ("memset", self.memset)):
+        for cat, df in (("kernel", self.kernels), ("memcpy", self.memcpy), ("memset", self.memset),
+                        ("graph", self.graphs)):
             if len(df):
                 parts.append(df[cols].assign(category=cat))
         if not parts:
@@ -151,8 +156,7 @@ class Report:
         cols = ("start_ns", "end_ns", "correlation_id", "pid")
         parts = []
         single_pid = self._single_cuda_pid()
-        for name, table in (("kernels", "CUPTI_ACTIVITY_KIND_KERNEL"), ("memcpy", "CUPTI_ACTIVITY_KIND_MEMCPY"),
-                            ("memset", "CUPTI_ACTIVITY_KIND_MEMSET")):
+        for name, table in zip(("kernels", "memcpy", "memset", "graphs"), _GPU_TABLES):
             if name in self._frames:
                 f = self._frames[name]
                 parts.append({c: f[c].to_numpy() for c in cols})

@@ -51,7 +51,8 @@ def nvtx_summary(rep) -> pd.DataFrame:
 
 
 def kernel_summary(rep, *, names: str = "demangled", by_launch: bool = False) -> pd.DataFrame:
-    """As ``cuda_gpu_kern_sum`` (one row per kernel name), demangled names by default.
+    """As ``cuda_gpu_kern_sum`` (one row per kernel name), demangled names by default. Whole CUDA
+    graphs (a report traced with --cuda-graph-trace=graph) count as kernels named "[CUDA graph N]".
 
     Args:
         names: "demangled" or "short" (nsys's ``:base``).
@@ -60,7 +61,9 @@ def kernel_summary(rep, *, names: str = "demangled", by_launch: bool = False) ->
     Returns: name, instances, total/avg/med/min/max/stddev ns, time_pct (+ grid, block).
     """
     t = "CUPTI_ACTIVITY_KIND_KERNEL"
-    if not by_launch and "kernels" not in rep._frames and rep._db is not None and rep._db.has(t, "start"):
+    graphs = rep.graphs
+    if (not by_launch and not len(graphs) and "kernels" not in rep._frames and rep._db is not None
+            and rep._db.has(t, "start")):
         out = _kernel_summary_sql(rep, t, names)
         if out is not None:
             return out
@@ -72,6 +75,9 @@ def kernel_summary(rep, *, names: str = "demangled", by_launch: bool = False) ->
         df["grid"] = k["grid_x"].astype(str) + " " + k["grid_y"].astype(str) + " " + k["grid_z"].astype(str)
         df["block"] = k["block_x"].astype(str) + " " + k["block_y"].astype(str) + " " + k["block_z"].astype(str)
         keys = ["name", "grid", "block"]
+    if len(graphs):  # graph-level trace: a graph's kernels are one row, "[CUDA graph N]", not absent
+        df = pd.concat([df, graphs[["name", "duration_ns"]].assign(**{c: "" for c in keys[1:]})],
+                       ignore_index=True)
     out = _summarize(df, keys, "duration_ns")
     return out[keys + SUMMARY_COLUMNS[1:]]
 
