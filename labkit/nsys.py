@@ -8,8 +8,11 @@ Loading is :mod:`labkit.report`'s job (``labkit.profile`` = record + export + lo
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import re
 import shlex
+import sqlite3
 import subprocess
 import sys
 import time
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from labkit.env import nsys_version
 from labkit.errors import LabkitError
 from labkit.errors import output_tail as _tail
 
@@ -25,6 +29,9 @@ __all__ = [
     "Recording",
     "profile_command",
     "supports_option",
+    "export_cache_dir",
+    "export_is_complete",
+    "report_version",
     "export_sqlite",
     "NsysError",
     "NsysNotFoundError",
@@ -225,33 +232,82 @@ def _wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> N
             bar.close()
 
 
+# tables every finished export has, whatever was traced (a failed export leaves StringIds and
+# ProcessStreams only); one of the two metadata tables too (2022.4 / 2025.x names)
+_COMPLETE_TABLES = {"StringIds", "TARGET_INFO_SESSION_START_TIME", "ANALYSIS_DETAILS"}
+_META_TABLES = {"EXPORT_META_DATA", "META_DATA_EXPORT"}
+_VERSION = re.compile(rb"20[1-3]\d\.\d+\.\d+(?:\.\d+)?")
+
+
+def export_cache_dir() -> Path:
+    """Per-user folder for exports of reports in read-only folders (mode 0700):
+    ``$LABKIT_CACHE_DIR/exports``, else ``~/.cache/labkit/exports``."""
+    root = os.environ.get("LABKIT_CACHE_DIR")
+    path = Path(root) / "exports" if root else Path.home() / ".cache" / "labkit" / "exports"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+    return path
+
+
+def export_is_complete(db: Path) -> bool:
+    """Whether ``db`` is a finished SQLite export (its tables are there), not a failed export's remains."""
+    try:
+        con = sqlite3.connect(Path(db).resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError:
+        return False
+    return _COMPLETE_TABLES <= tables and bool(_META_TABLES & tables)
+
+
+def report_version(rep_path: Path) -> str | None:
+    """The nsys version that wrote a ``.nsys-rep`` (it is stored near the start of the file)."""
+    try:
+        with open(rep_path, "rb") as f:
+            m = _VERSION.search(f.read(4 << 20))
+    except OSError:
+        return None
+    return m.group().decode() if m else None
+
+
+def _major_minor(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+
+
 def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, force: bool = False) -> Path:
-    """Export a ``.nsys-rep`` to ``.sqlite`` beside it, or under the temp folder when its folder is
-    read-only; an export newer than the report is reused."""
+    """Export a ``.nsys-rep`` to ``.sqlite`` beside it, or into the per-user export cache when its
+    folder is read-only. A complete export newer than the report is reused; nsys writes to a
+    temporary file renamed into place, so a failed export never leaves a partial ``.sqlite``."""
     rep_path = Path(rep_path)
     db = rep_path.with_suffix(".sqlite")
     if not os.access(rep_path.parent, os.W_OK) and not db.exists():
-        # a read-only folder (a shared or committed report): cache the export in the temp folder
-        import hashlib
-        import tempfile
-
+        # a read-only folder (a shared or committed report): cache the export per user
         key = hashlib.sha1(str(rep_path.resolve()).encode()).hexdigest()[:12]
-        cache = Path(tempfile.gettempdir()) / "labkit-exports"
-        cache.mkdir(parents=True, exist_ok=True)
-        db = cache / f"{rep_path.stem}-{key}.sqlite"
-    if db.exists() and not force and db.stat().st_mtime >= rep_path.stat().st_mtime:
+        db = export_cache_dir() / f"{rep_path.stem}-{key}.sqlite"
+    if (db.exists() and not force and db.stat().st_mtime >= rep_path.stat().st_mtime
+            and export_is_complete(db)):
         return db
     exe = _nsys_or_raise(nsys)
-    argv = [exe, "export", "--type=sqlite", f"--output={db}", "--force-overwrite=true", str(rep_path)]
+    tmp = db.with_name(f".{db.stem}.{os.getpid()}.partial.sqlite")
+    argv = [exe, "export", "--type=sqlite", f"--output={tmp}", "--force-overwrite=true", str(rep_path)]
     t0 = time.monotonic()
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+        if out.returncode != 0 or not tmp.exists() or not export_is_complete(tmp):
+            theirs, ours = report_version(rep_path), nsys_version(exe)
+            if theirs and ours and _major_minor(theirs) > _major_minor(ours):
+                raise NsysError(f"{rep_path} was written by nsys {theirs}; the installed {ours} cannot read it: "
+                                f"export it with a newer nsys, or pass the .sqlite")
+            raise NsysError(f"nsys export of {rep_path} failed (status {out.returncode}); its output:\n"
+                            f"{_tail(out.stdout + out.stderr)}")
+        os.replace(tmp, db)
     except OSError as exc:
         raise NsysNotFoundError(f"cannot run {exe} ({exc}): install nsys with scripts/install-nsys "
                                 f"or set LABKIT_NSYS") from None
-    if out.returncode != 0 or not db.exists():
-        raise NsysError(f"nsys export of {rep_path} failed (status {out.returncode}); its output:\n"
-                        f"{_tail(out.stdout + out.stderr)}")
+    finally:
+        tmp.unlink(missing_ok=True)
     if progress:
         print(f"nsys export {rep_path.name}: {time.monotonic() - t0:.1f} s", file=sys.stderr)
     return db

@@ -1,5 +1,5 @@
 """Bad input: each case is a clear error (a LabkitError naming the fix) or an empty frame plus
-a warning, never a bare sqlite3/pandas exception."""
+a note in Report.notes, never a bare sqlite3/pandas exception."""
 from __future__ import annotations
 
 import shutil
