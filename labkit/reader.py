@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -88,12 +89,13 @@ class _Db:
     """Schema-aware reader over one export (tables and columns looked up, never assumed)."""
 
     def __init__(self, path: Path):
+        self.path = Path(path)
         try:
             # immutable=1: never write, never take locks (fixtures are read-only files)
-            self.con = sqlite3.connect(Path(path).resolve().as_uri() + "?immutable=1", uri=True)
+            self.con = sqlite3.connect(self.path.resolve().as_uri() + "?immutable=1", uri=True)
             rows = self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise ReportError(f"{path}: not a readable SQLite export ({exc}); re-export it with "
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            raise ReportError(f"{path}: not a readable SQLite export ({_first_line(exc)}); re-export it with "
                               f"`nsys export --type sqlite` or load the .nsys-rep") from None
         self.tables = {r[0] for r in rows}
         self._cols: dict[str, list[str]] = {}
@@ -101,11 +103,25 @@ class _Db:
         self._count: dict[str, int] = {}
         self._cache: dict[tuple[str, str], np.ndarray] = {}
 
+    def fail(self, table: str, problem) -> ReportError:
+        """The one-line error for a failed read of ``table``: SQLite's own check says whether the
+        file is damaged (a flipped or truncated page) or merely not an export this reader knows."""
+        try:
+            check = self.con.execute("PRAGMA quick_check(1)").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            check = _first_line(exc)
+        state = ("the file is damaged (SQLite quick_check: " + _first_line(check) + ")" if check != "ok"
+                 else "the table is not as nsys writes it")
+        return ReportError(f"{self.path}: reading {table} failed ({_first_line(problem)}): {state}; export it "
+                           f"again from the .nsys-rep")
+
     def columns(self, table: str) -> list[str]:
         if table not in self.tables:
             return []
         if table not in self._cols:
-            self._cols[table] = [r[1] for r in self.con.execute(f"PRAGMA table_info([{table}])")]
+            info = self.scalar_rows(f"PRAGMA table_info([{table}])", table)
+            self._cols[table] = [r[1] for r in info]
+            self._notnull[table] = {r[1] for r in info if r[3]}
         return self._cols[table]
 
     def has(self, table: str, *cols: str) -> bool:
@@ -113,17 +129,16 @@ class _Db:
         return bool(have) and all(c in have for c in cols)
 
     def notnull(self, table: str) -> set[str]:
-        if table not in self._notnull:
-            self._notnull[table] = {r[1] for r in self.con.execute(f"PRAGMA table_info([{table}])") if r[3]}
-        return self._notnull[table]
+        self.columns(table)
+        return self._notnull.get(table, set())
 
     def any_rows(self, table: str) -> bool:
         """True when ``table`` exists and holds a row (without counting a million of them)."""
-        return table in self.tables and bool(self.scalar_rows(f"SELECT 1 FROM [{table}] LIMIT 1"))
+        return table in self.tables and bool(self.scalar_rows(f"SELECT 1 FROM [{table}] LIMIT 1", table))
 
     def count(self, table: str) -> int:
         if table not in self._count:
-            self._count[table] = int(self.scalar_rows(f"SELECT count(*) FROM [{table}]")[0][0]) \
+            self._count[table] = int(self.scalar_rows(f"SELECT count(*) FROM [{table}]", table)[0][0]) \
                 if table in self.tables else 0
         return self._count[table]
 
@@ -164,21 +179,21 @@ class _Db:
                     f"SELECT group_concat(v) FROM (SELECT {expr} AS v FROM [{table}] "
                     f"WHERE rowid >= {a} AND rowid < {a + step} {where} ORDER BY rowid)").fetchone()[0]
                 if text:
-                    parts.append(np.fromstring(text, dtype=np.int64, sep=","))
-        except sqlite3.DatabaseError as exc:
-            raise ReportError(f"reading {table} failed ({exc}): the export looks truncated or corrupt; "
-                              f"export it again from the .nsys-rep") from None
+                    parts.append(parse_ints(text))
+        except (sqlite3.DatabaseError, UnicodeDecodeError, TypeError, ValueError) as exc:
+            raise self.fail(table, exc) from None
         out = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-        if len(out) != n:  # a non-integer value stops the parser early
-            raise ReportError(f"{table}: column {expr} holds non-integer values; not an nsys export "
-                              f"this loader knows")
+        if len(out) != n:  # a NULL row or a non-integer value
+            raise self.fail(table, f"column {expr} holds {len(out)} integers for {n} rows")
         return out
 
-    def scalar_rows(self, sql: str) -> list[tuple]:
+    def scalar_rows(self, sql: str, table: str | None = None) -> list[tuple]:
+        """Rows of ``sql``; any SQLite or decoding error is a ReportError naming the table."""
         try:
             return self.con.execute(sql).fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise ReportError(f"query failed ({exc}): the export looks truncated or corrupt") from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            m = re.search(r"FROM \[?(\w+)", sql)
+            raise self.fail(table or (m.group(1) if m else "the export"), exc) from None
 
     def enum(self, table: str, default: dict[int, str]) -> dict[int, str]:
         if self.has(table, "id", "label"):
@@ -186,6 +201,22 @@ class _Db:
             out.update({int(i): str(label) for i, label in self.scalar_rows(f"SELECT id, label FROM [{table}]")})
             return out
         return dict(default)
+
+
+def _first_line(problem, width: int = 160) -> str:
+    text = " ".join(str(problem).split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def parse_ints(text: str) -> np.ndarray:
+    """Comma-joined integers (a group_concat) as int64; ValueError where a value is not an integer
+    (numpy would stop there with only a warning)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        try:
+            return np.fromstring(text, dtype=np.int64, sep=",")
+        except DeprecationWarning:
+            raise ValueError("a value is not an integer") from None
 
 
 def _lookup(strings: np.ndarray, ids: np.ndarray) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from labkit.reader import _TID_MASK, NVTX_COLUMNS, _Db, _empty, _lookup
+from labkit.reader import _TID_MASK, NVTX_COLUMNS, _Db, _empty, _lookup, parse_ints
 
 __all__ = ["read_nvtx", "nvtx_frame_empty", "range_durations"]
 
@@ -62,8 +62,11 @@ def range_durations(db: _Db, strings: np.ndarray) -> pd.DataFrame:
         joined, n, lo, hi, kmax = db.scalar_rows(
             f"SELECT group_concat((textId << 41) | ((eventType IN ({','.join(map(str, se))})) << 40) | {dur}), "
             f"count(*), min({dur}), max({dur}), max(textId) {where} AND textId IS NOT NULL")[0]
-        packed = np.fromstring(joined, dtype=np.int64, sep=",") if joined else np.empty(0, dtype=np.int64)
-        if n == 0 or (lo >= 0 and hi < 2**40 and kmax < 2**21 and len(packed) == n):
+        try:
+            packed = parse_ints(joined) if joined else np.empty(0, dtype=np.int64)
+        except ValueError:  # a non-integer somewhere: the grouped query below says where
+            packed = None
+        if packed is not None and (n == 0 or (lo >= 0 and hi < 2**40 and kmax < 2**21 and len(packed) == n)):
             name = _lookup(strings, packed >> 41)
             if not (name == None).any():  # noqa: E711 - else the grouped query below resolves them
                 style = np.where((packed >> 40) & 1, "StartEnd", "PushPop").astype(object)
@@ -73,10 +76,16 @@ def range_durations(db: _Db, strings: np.ndarray) -> pd.DataFrame:
     text = "text" if "text" in cols else "NULL"
     dom = "coalesce(domainId, -1)" if "domainId" in cols else "-1"
     pid = "((coalesce(globalTid, 0) >> 24) & 16777215)" if "globalTid" in cols else "0"
-    rows = db.scalar_rows(f"SELECT eventType, {text_id}, {text}, {dom}, {pid}, group_concat({dur}) {where} "
-                          f"GROUP BY 1, 2, 3, 4, 5")
-    for typ, tid, txt, did, p, joined in rows:
-        d = np.fromstring(joined, dtype=np.int64, sep=",") if joined else np.empty(0, dtype=np.int64)
+    rows = db.scalar_rows(f"SELECT eventType, {text_id}, {text}, {dom}, {pid}, group_concat({dur}), count(*) "
+                          f"{where} GROUP BY 1, 2, 3, 4, 5", t)
+    for typ, tid, txt, did, p, joined, n in rows:
+        try:
+            d = parse_ints(joined) if joined else np.empty(0, dtype=np.int64)
+            tid, did, p = int(tid), int(did), int(p)
+        except (TypeError, ValueError) as exc:
+            raise db.fail(t, exc) from None
+        if len(d) != n:
+            raise db.fail(t, f"{n - len(d)} ranges without a start time")
         name = strings[tid] if 0 <= tid < len(strings) and strings[tid] is not None else txt
         parts.append((np.full(len(d), name or "", dtype=object), np.full(len(d), dmap.get((did, p), ""), dtype=object),
                       np.full(len(d), "PushPop" if typ in pp else "StartEnd", dtype=object), d))

@@ -28,6 +28,7 @@ __all__ = ["Report", "load_report", "profile", "ReportError",
            "NVTX_COLUMNS", "KERNEL_COLUMNS", "MEMCPY_COLUMNS", "MEMSET_COLUMNS", "CUDA_API_COLUMNS", "SYNC_COLUMNS", "GRAPH_COLUMNS",
            "SUMMARY_COLUMNS", "PROJECTION_COLUMNS"]
 
+_DAMAGE = (ValueError, TypeError, IndexError, KeyError, OverflowError, UnicodeDecodeError)
 _GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", GRAPH_TABLE)
 
 
@@ -66,7 +67,10 @@ class Report:
 
     def _frame(self, name: str) -> pd.DataFrame:
         if name not in self._frames:
-            self._frames[name] = self._LOADERS[name](self)
+            try:
+                self._frames[name] = self._LOADERS[name](self)
+            except _DAMAGE as exc:  # values no nsys export holds (a damaged file): say so, in one line
+                raise self._db.fail(name, exc) from None
         return self._frames[name]
 
     nvtx = property(lambda self: self._frame("nvtx"), doc="NVTX ranges and marks, nested per thread: NVTX_COLUMNS.")
@@ -237,6 +241,13 @@ def load_report(path, *, nsys: str | None = None) -> Report:
 
 def _load_sqlite(path: Path) -> Report:
     db = _Db(path)
+    try:
+        return _load_tables(db, path)
+    except _DAMAGE as exc:
+        raise db.fail("the export's metadata", exc) from None
+
+
+def _load_tables(db: _Db, path: Path) -> Report:
     notes: list[str] = []
     if "StringIds" not in db.tables:
         raise ReportError(f"{path} is an SQLite file but not an Nsight Systems export (no StringIds table)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from labkit.reader import PROJECTION_COLUMNS, SUMMARY_COLUMNS, _empty, _lookup
+from labkit.reader import PROJECTION_COLUMNS, SUMMARY_COLUMNS, _empty, _lookup, parse_ints
 from labkit.reader_nvtx import range_durations
 
 __all__ = ["nvtx_summary", "kernel_summary", "memcpy_summary", "gpu_projection", "gpu_projection_summary"]
@@ -106,7 +106,10 @@ def _kernel_summary_sql(rep, t: str, names: str) -> pd.DataFrame | None:
         f"FROM [{t}]")[0]
     if n == 0:
         return _summarize(pd.DataFrame({"name": [], "duration_ns": []}), ["name"], "duration_ns")
-    packed = np.sort(np.fromstring(joined, dtype=np.int64, sep=","))
+    try:
+        packed = np.sort(parse_ints(joined or ""))
+    except ValueError:  # not integers: the frame path reads the table and says what is wrong
+        return None
     ids, dur = packed >> _DUR_BITS, packed & (2**_DUR_BITS - 1)
     # a negative duration or a NULL id makes a packed value negative, a duration of 2**40 ns or more
     # loses bits (so the decoded total falls short): either way the frame path takes over
