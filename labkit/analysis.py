@@ -68,7 +68,7 @@ def _wall_ns(rep) -> int:
 
 
 def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
-    """Per stage (NVTX push/pop range name): CPU time, projected GPU time, items, share of wall.
+    """Per stage (NVTX range name, push/pop or start/end): CPU time, projected GPU time, items, share of wall.
 
     Args:
         stages: range names to include, in this order (default: all, by CPU time).
@@ -76,7 +76,7 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
             range nested inside them.
     Returns: stage, instances, items, cpu_ms, cpu_ms_per_instance, cpu_ms_per_item, gpu_ms
         (projected: first to last GPU op launched inside each instance, summed), gpu_ms_per_item,
-        wall_share (cpu_ms over the wall span of the push/pop ranges kept after the warm-up
+        wall_share (cpu_ms over the wall span of the ranges kept after the warm-up
         filter; above 1 when threads overlap), threads.
     """
     nv = rep.nvtx
@@ -84,7 +84,7 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
     r = nv.assign(items=items)
     if warmup:
         r = r[~_warmup_mask(nv, warmup)]
-    r = r[r["kind"] == "push_pop"]
+    r = r[r["kind"] != "mark"]  # push/pop and start/end ranges alike, as nsys reports them
     wall_ns = int(r["end_ns"].max() - r["start_ns"].min()) if len(r) else 0
     if stages is not None:
         r = r[r["name"].isin(list(stages))]
@@ -122,7 +122,7 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
 
 
 def batches(rep, *, warmup: int = 0, stages=None) -> pd.DataFrame:
-    """One row per batch index (the payload of push/pop ranges), warm-up batches left out.
+    """One row per batch index (the payload of ranges), warm-up batches left out.
 
     Args:
         warmup: batches with index below this are dropped.
@@ -265,7 +265,7 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     """Name the stage and the thread that bound throughput.
 
     Where ranges carry batch indices (payloads), only those past ``warmup`` count, and the wall
-    span is theirs. The busiest thread is the one whose work (push/pop ranges, minus waiting ranges such as
+    span is theirs. The busiest thread is the one whose work (ranges, minus waiting ranges such as
     ``wait``/``queue``/``sync``, counted once where nested) covers the largest share of the wall
     span; its stage with the most self time (own time minus nested ranges) is the bottleneck.
     When the GPU was busier than any thread, the GPU is named instead.
@@ -274,7 +274,8 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     thread and stage: self_ms, busy share).
     """
     nv = rep.nvtx
-    pp = nv[(nv["kind"] == "push_pop") & ~_warmup_mask(nv, warmup)] if warmup else nv[nv["kind"] == "push_pop"]
+    ranges = nv["kind"] != "mark"  # push/pop and start/end (a start/end range counts on the thread that opened it)
+    pp = nv[ranges & ~_warmup_mask(nv, warmup)] if warmup else nv[ranges]
     pay = pp["payload"].astype("float64")
     if pay.notna().any():
         # steady state: the span of the batch-indexed ranges past warm-up, and every range inside
@@ -331,7 +332,7 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
 # ----------------------------------------------------------------------------- copies
 def _stage_rows(rep, names, warmup: int) -> pd.DataFrame:
     nv = rep.nvtx
-    r = nv[(nv["kind"] == "push_pop") & nv["name"].isin(list(names))]
+    r = nv[(nv["kind"] != "mark") & nv["name"].isin(list(names))]
     if warmup:
         pay = r["payload"].astype("float64")
         r = r[~(pay.notna() & (pay < warmup))]
@@ -400,7 +401,7 @@ def pageable_copies(rep) -> pd.DataFrame:
 
 def copy_table(rep, *, warmup: int = 0) -> pd.DataFrame:
     """Host-device memory copies per direction and kind of host memory, counting only copies
-    whose CUDA call was made inside a batch range (an NVTX push/pop range with a payload, on the
+    whose CUDA call was made inside a batch range (an NVTX range with a payload, on the
     calling thread) of index ``warmup`` or more: start-up copies (model weights) and warm-up
     batches are left out, even when a queued stage ran ahead of the others.
 
@@ -412,7 +413,7 @@ def copy_table(rep, *, warmup: int = 0) -> pd.DataFrame:
     m, api, nv = rep.memcpy, rep.cuda_api, rep.nvtx
     if len(m):
         m = m[m["kind"].isin(["Host-to-Device", "Device-to-Host"])]
-    ranges = nv[(nv["kind"] == "push_pop") & nv["payload"].notna()] if len(nv) else nv
+    ranges = nv[(nv["kind"] != "mark") & nv["payload"].notna()] if len(nv) else nv
     if len(m) == 0 or len(api) == 0 or len(ranges) == 0:
         return empty
     calls = m.merge(api[["pid", "correlation_id", "global_tid", "start_ns"]].rename(columns={"start_ns": "call_ns"}),
