@@ -19,10 +19,9 @@ REP = "annotated.nsys2022.4.nsys-rep"
 needs_nsys = pytest.mark.skipif(find_nsys() is None, reason="nsys not found (scripts/install-nsys or LABKIT_NSYS)")
 
 
-def _rep(tmp_path: Path) -> Path:
-    out = tmp_path / REP
-    shutil.copyfile(FIX / REP, out)
-    out.chmod(0o644)
+def _rep(folder: Path) -> Path:
+    """A writable copy of the real 2022.4 report in ``folder``."""
+    (out := Path(shutil.copy(FIX / REP, folder))).chmod(0o644)
     return out
 
 
