@@ -6,7 +6,7 @@ run -> report -> DataFrames -> tables, plots, one module per step:
 - run:        ``profile(command, *, name, ...) -> Report`` (record, export, load);
               ``labkit.nsys.record`` / ``labkit.nsys.export_sqlite`` return paths only
 - report:     ``load_report(path) -> Report``; ``Report`` holds the frames (``nvtx``, ``kernels``,
-              ``memcpy``, ``memset``, ``cuda_api``, ``sync``, ``gpu_ops()``, ``threads``, ``meta``,
+              ``memcpy``, ``memset``, ``cuda_api``, ``sync``, ``graphs``, ``gpu_ops()``, ``threads``, ``meta``,
               ``nsys_version``, ``path``) and says ``has_cuda`` / ``has_nvtx``
               (reading: ``labkit.reader``, with ``trim_export``)
 - summaries (as ``nsys stats``; each takes the Report): ``nvtx_summary``, ``kernel_summary``,
