@@ -118,9 +118,10 @@ class Report:
 
     @property
     def nsys_version(self) -> str | None:
-        """Version of the nsys that exported this file (e.g. ``"2022.4.2.1"``); the 2022.4 and 2025.3
-        exports carry no separate capture version."""
-        return self.meta.get("nsys_version")
+        """Version of the nsys that recorded the report where known (read from a loaded ``.nsys-rep``
+        or ``.qdrep``; the 2022.4 and 2025.3 SQLite exports do not carry it), else of the nsys that
+        exported it (e.g. ``"2022.4.2.1"``)."""
+        return self.meta.get("capture_nsys_version") or self.meta.get("nsys_version")
 
     @property
     def log(self) -> str:
@@ -236,6 +237,8 @@ def load_report(path, *, nsys: str | None = None) -> Report:
     rep = _load_sqlite(db_path)
     rep.log_path = log_path
     rep.path = path
+    if db_path != path:
+        rep.meta["capture_nsys_version"] = _nsys.report_version(path)
     return rep
 
 

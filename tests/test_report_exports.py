@@ -53,6 +53,8 @@ def test_a_partial_export_newer_than_the_report_is_not_reused(tmp_path):
     con.close()
     loaded = load_report(rep)  # was: the partial file reused, an empty report and no error
     assert len(loaded.nvtx) == 57 and export_is_complete(db)
+    assert loaded.meta["capture_nsys_version"] == loaded.nsys_version == "2022.4.2.1"  # read from the .nsys-rep
+    assert loaded.meta["export_source"] == REP  # 2022.4 writes EXPORT_INPUT_FILE
 
 
 @pytest.mark.nsys
