@@ -66,3 +66,19 @@ def test_profiled_run_has_one_report_per_rank(clip, tmp_path):
     assert r.profile == tmp_path / "p" / "pr_0.nsys-rep"
     profiled = r.repeats[r.repeats["profiled"]].iloc[0]
     assert profiled["frames"] == 12
+
+
+@pytest.mark.nsys
+@pytest.mark.filterwarnings("ignore:.*no CUDA tables")
+def test_labkit_profile_per_rank_hands_off_to_profile_ranks(tmp_path):
+    import labkit
+    from labkit.ranks import RanksError, Reports
+
+    fixture = Path(__file__).parent / "fixtures" / "ranks.py"  # two gloo ranks with NVTX stages
+    reps = labkit.profile([sys.executable, str(fixture)], name="pr", per_rank=True, nproc=2, outdir=tmp_path)
+    assert isinstance(reps, Reports) and reps.ranks == [0, 1]
+    assert sorted(p.name for p in tmp_path.glob("pr_*.sqlite")) == ["pr_0.sqlite", "pr_1.sqlite"]
+    with pytest.raises(RanksError, match="per_rank=True needs nproc=N"):
+        labkit.profile(["true"], name="x", per_rank=True)
+    with pytest.raises(RanksError, match="pass per_rank=True too"):
+        labkit.profile(["true"], name="x", nproc=2)
