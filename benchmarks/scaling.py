@@ -10,8 +10,9 @@ rank 0's aggregate over the common window) and the ledger it appended to.
     python benchmarks/scaling.py [--input CLIP] [--n 2] [--frames 64] [--repeats 3] [--device cpu]
         [--out reports/scaling] [-- EXTRA APP FLAGS]
 
-torchrun sets OMP_NUM_THREADS=1 in each rank unless it is set; the script sets the same for the
-processes side by side, so the two multi-process rows differ only in how they are started.
+Threads: the one process uses every core (torch's default); each of the N processes or ranks gets
+``--threads`` cores / N (torchrun alone would give each rank 1 thread, and processes side by side
+would each take every core), so the multi-process rows differ only in how they are started.
 Without --input a 640x360 clip (4 s, seed 7) is generated under --out. The ledger is
 ``<out>/scaling.jsonl`` (not ``ledger.jsonl``: the lab's speed-up table leaves these rows out).
 """
@@ -56,14 +57,14 @@ def main(argv: list[str] | None = None) -> int:
                "--no-osd", *extra]
     ledger = Ledger(args.out / "scaling.jsonl")
     kw = dict(warmup=args.warmup, ledger=ledger, results_dir=args.out / "results", timeout=args.timeout)
-    one_thread = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # as torchrun gives each rank
+    share = command + ["--threads", str(max(1, (os.cpu_count() or 1) // n))]  # each of n gets its share of cores
     ways = [
         ("1 process, 1 stream", lambda: bench.run(command, step="scale_1p", repeats=args.repeats, **kw)),
         (f"1 process, {n} streams",
          lambda: bench.run(command + ["--streams", str(n)], step=f"scale_1p_s{n}", repeats=args.repeats, **kw)),
-        (f"{n} processes, 1 stream each", lambda: _median_parallel(command, n, args.repeats, one_thread, kw)),
+        (f"{n} processes, 1 stream each", lambda: _median_parallel(share, n, args.repeats, kw)),
         (f"{n} ranks (torchrun), 1 stream each",
-         lambda: bench.run(command + ["--streams", str(n)], step=f"scale_ranks{n}", repeats=args.repeats,
+         lambda: bench.run(share + ["--streams", str(n)], step=f"scale_ranks{n}", repeats=args.repeats,
                            launcher="torchrun", nproc=n, **kw)),
     ]
     rows = [(label, run()) for label, run in ways]
@@ -77,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(r.ok for _, r in rows) else 1
 
 
-def _median_parallel(command, n, repeats, env, kw):
+def _median_parallel(command, n, repeats, kw):
     """``run_parallel`` ``repeats`` times; the result with the median summed fps."""
-    runs = sorted((bench.run_parallel(command, processes=n, step=f"scale_{n}p", env=env, **kw)
+    runs = sorted((bench.run_parallel(command, processes=n, step=f"scale_{n}p", **kw)
                    for _ in range(repeats)), key=lambda r: r.fps)
     return runs[len(runs) // 2]
 

@@ -5,11 +5,16 @@ Kinds (``labkit.ledger.KINDS``): ``cumulative`` (the main path: keeps every chan
 option) and ``exercise`` (a participant's own run: never in the lab's table). A step name that is
 not in :func:`catalogue` is an exercise unless its caller says otherwise.
 
+Notebook 08's steps scale the lab's best single-process step out (:func:`scale_out`): the same
+run as several processes side by side, or as ranks under torchrun; which step they build on is
+known only once the lab has run, so they are made from it, as the interval steps of notebook 06 are.
+
 This catalogue is the lab's cumulative path; ``benchmarks/pipeline_table.py``'s
 ``single_changes`` is a different catalogue (each change alone on the baseline) with a home of its own.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -27,11 +32,14 @@ class Step:
     flags: Mapping = field(default_factory=dict)
     builds_on: str | None = None
     kind: str = "cumulative"
+    launch: Mapping = field(default_factory=dict)  # how it starts: {} one process, {"processes": N}, or
+    #                                                 {"launcher": "torchrun", "nproc": N} (labkit.bench)
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"step {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
         object.__setattr__(self, "flags", MappingProxyType(dict(self.flags)))  # read-only: flags() copies
+        object.__setattr__(self, "launch", MappingProxyType(dict(self.launch)))
 
     def labels(self) -> dict:
         """The ledger fields that say what this step is."""
@@ -90,3 +98,38 @@ def step_of(name: str, *, kind: str | None = None, builds_on: str | None = None,
     known = catalogue(mode).get(name)
     return Step(name, known.flags if known else {}, builds_on or (known.builds_on if known else None),
                 kind or (known.kind if known else default_kind))
+
+
+SCALE_OUT = 2
+"""Processes, and ranks, of notebook 08's steps (two: this lab's CPU machine has two cores)."""
+
+
+def scale_out(start: str, options: Mapping, n: int = SCALE_OUT) -> dict[str, Step]:
+    """Notebook 08's steps on top of ``start``, the lab's best single-process step run with
+    ``options`` (its recorded options, every one): ``processes<n>``, n copies of it side by side
+    (``labkit.bench.run_parallel``; no output video, which the copies would share), and
+    ``ranks<n>``, n ranks under torchrun each running ``start``'s streams (``--streams`` times n,
+    shared out by the application). Each process or rank gets ``--threads`` cores / n (unless
+    ``options`` set it). Both are alternatives built on ``start``."""
+    # each process gets its share of the cores, as the one process had them all (torchrun would
+    # otherwise give every rank 1 thread, and side-by-side processes each take every core)
+    opts = {"threads": max(1, (os.cpu_count() or 1) // n), **dict(options)}
+    per_process = {k: v for k, v in opts.items() if k != "output"}
+    ranked = {**opts, "streams": int(opts.get("streams") or 1) * n}
+    return {
+        f"processes{n}": Step(f"processes{n}", per_process, start, "alternative", {"processes": n}),
+        f"ranks{n}": Step(f"ranks{n}", ranked, start, "alternative", {"launcher": "torchrun", "nproc": n}),
+    }
+
+
+def recorded_options(step: str) -> dict:
+    """The options ``step`` last ran with on this machine (its latest ok ledger row's ``config``),
+    to build on it exactly."""
+    from labkit.ledger import Ledger
+
+    from labbook.settings import LEDGER
+
+    rows = [r for r in Ledger(LEDGER).rows() if r.get("step") == step and r.get("status", "ok") == "ok"]
+    if not rows:
+        raise ValueError(f"step {step!r} has no ok row in {LEDGER} yet: run it first")
+    return dict(rows[-1]["config"])

@@ -1,0 +1,38 @@
+"""Notebook 08's steps as data (labbook.steps.scale_out): built on a recorded step, kind, launch, threads."""
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+
+from labbook.steps import SCALE_OUT, recorded_options, scale_out
+from labkit.ledger import Ledger, not_run
+
+OPTIONS = {"inputs": ["clip.mp4"], "frames": 24, "queues": True, "osd": True, "output": "v.mp4", "batch_size": 4}
+
+
+def test_scale_out_builds_on_the_start_step():
+    steps = scale_out("interval3", OPTIONS, n=2)
+    procs, ranks = steps["processes2"], steps["ranks2"]
+    share = max(1, (os.cpu_count() or 1) // 2)
+    assert dict(procs.flags) == {**{k: v for k, v in OPTIONS.items() if k != "output"}, "threads": share}
+    assert dict(ranks.flags) == {**OPTIONS, "threads": share, "streams": 2}  # one stream per rank; rank 0's video
+    assert (procs.builds_on, procs.kind, dict(procs.launch)) == ("interval3", "alternative", {"processes": 2})
+    assert (ranks.builds_on, ranks.kind, dict(ranks.launch)) == ("interval3", "alternative",
+                                                                 {"launcher": "torchrun", "nproc": 2})
+    assert procs.labels() == {"kind": "alternative", "builds_on": "interval3"}
+    # a start step with its own streams and threads keeps them: each rank runs the whole start step
+    assert dict(scale_out("streams2", {**OPTIONS, "streams": 2, "threads": 1}, n=SCALE_OUT)["ranks2"].flags)[
+        "streams"] == 2 * SCALE_OUT
+
+
+def test_recorded_options_are_the_latest_ok_row(tmp_path, monkeypatch):
+    settings = importlib.import_module("labbook.settings")  # the module; labbook.settings is its function
+    monkeypatch.setattr(settings, "LEDGER", tmp_path / "ledger.jsonl")
+    led = Ledger(tmp_path / "ledger.jsonl")
+    with pytest.raises(ValueError, match="'batch4' has no ok row"):
+        recorded_options("batch4")
+    led.append({"step": "batch4", "status": "ok", "config": {"batch_size": 4}, "metrics": {"fps": 1.0}})
+    led.append(not_run("batch4", status="failed", reason="x", config={"batch_size": 8}))
+    assert recorded_options("batch4") == {"batch_size": 4}
