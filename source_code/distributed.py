@@ -63,7 +63,12 @@ def _device(requested: str, world: World) -> str:
     if requested == "cuda" or requested == "auto":
         import torch
 
-        if torch.cuda.is_available():
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n and world.local_rank >= n:
+            raise PipelineError(f"rank {world.rank}: LOCAL_RANK {world.local_rank} but this node has {n} GPU(s): "
+                                f"start at most {n} ranks per node (--nproc-per-node {n}), or run with --device cpu",
+                                EXIT_USAGE)
+        if n:
             return f"cuda:{world.local_rank}"
     return requested  # "cpu", an explicit cuda:N, or auto without a GPU (the CPU)
 
