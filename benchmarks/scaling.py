@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -32,26 +31,11 @@ APP = ROOT / "source_code" / "detect_video.py"
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[:argv.index("--")] if "--" in argv else argv
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input", type=Path, help="video (default: generate one under --out)")
-    p.add_argument("--n", type=int, default=2, help="processes and ranks")
-    p.add_argument("--frames", type=int, default=64, help="frames per source")
-    p.add_argument("--warmup", type=int, default=8)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
-    p.add_argument("--out", type=Path, default=ROOT / "reports" / "scaling")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds allowed per run")
-    args = p.parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    cut = given.index("--") if "--" in given else len(given)  # after "--": the application's own flags
+    args, extra = _parser().parse_args(given[:cut]), given[cut + 1:]
     args.out.mkdir(parents=True, exist_ok=True)
-    clip = args.input
-    if clip is None:
-        clip = args.out / "clip.mp4"
-        if not clip.exists():
-            subprocess.run([sys.executable, str(ROOT / "source_code" / "make_video.py"), "--out", str(clip),
-                            "--seconds", "4", "--seed", "7", "--width", "640", "--height", "360"], check=True)
+    clip = args.input or _clip(args.out / "clip.mp4")
     n = args.n
     command = [sys.executable, str(APP), "--input", str(clip), "--frames", str(args.frames), "--device", args.device,
                "--no-osd", *extra]
@@ -76,6 +60,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label:<36} {r.fps:8.1f} frames/s  {r.fps / base:5.2f}x")
     print(f"ledger: {ledger.path}")
     return 0 if all(r.ok for _, r in rows) else 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for flag, kw in (("--input", {"type": Path, "help": "video (default: generate one under --out)"}),
+                     ("--n", {"type": int, "default": 2, "help": "processes and ranks"}),
+                     ("--frames", {"type": int, "default": 64, "help": "frames per source"}),
+                     ("--warmup", {"type": int, "default": 8}), ("--repeats", {"type": int, "default": 3}),
+                     ("--device", {"default": "cpu", "choices": ("cpu", "cuda", "auto")}),
+                     ("--out", {"type": Path, "default": ROOT / "reports" / "scaling"}),
+                     ("--timeout", {"type": float, "default": 1800, "help": "seconds allowed per run"})):
+        p.add_argument(flag, **kw)
+    return p
+
+
+def _clip(path: Path) -> Path:
+    """A 640x360 clip of 4 s at 30 frames/s (seed 7) with its ground truth, made once."""
+    from source_code.scenes import SceneConfig, gt_path_for, make_video
+
+    if not (path.exists() and gt_path_for(path).exists()):
+        make_video(path, seconds=4, config=SceneConfig(seed=7, width=640, height=360, fps=30.0))
+    return path
 
 
 def _median_parallel(command, n, repeats, kw):
