@@ -103,11 +103,18 @@ class Rank:
         self.world = world
         self.dist = collectives  # torch.distributed, once its process group is up
         self.started = False
+        self.broken = False  # a collective failed (timeout, a rank gone): the next would fail too
         self.part: dict = {}
 
     def _all(self, item: dict) -> list[dict]:
         out: list = [None] * self.world.size
-        self.dist.all_gather_object(out, item)
+        try:
+            self.dist.all_gather_object(out, item)
+        except Exception as e:  # noqa: BLE001 - gloo and NCCL raise RuntimeError and their own types
+            self.broken = True
+            raise PipelineError(f"rank {self.world.rank}: the other ranks did not answer ({first_line(e)}): one "
+                                f"failed or hung (see its error line), or raise COLLECTIVE_TIMEOUT_S "
+                                f"({COLLECTIVE_TIMEOUT_S} s) in source_code/distributed.py", EXIT_FAILED) from None
         return out
 
     def start(self, error: PipelineError | None = None) -> None:
@@ -171,17 +178,17 @@ def run(cfg: Any, world: World, run_pipeline: Callable[..., dict]) -> dict | Non
         error, doc = None, None
         try:
             doc = run_pipeline(local, rank=rank)
-        except RankFailed as e:
-            error = e
         except PipelineError as e:
-            error = PipelineError(f"rank {world.rank}: {e}", e.exit_code)
+            mine = not isinstance(e, RankFailed) and not rank.broken
+            error = PipelineError(f"rank {world.rank}: {e}", e.exit_code) if mine else e
         except Exception as e:  # noqa: BLE001 - the other ranks must hear of it before it is reported
             error = PipelineError(f"rank {world.rank}: {first_line(e)}", EXIT_FAILED)
+        if rank.broken:  # the start never completed: no second wait
+            raise error
         try:
             parts = rank.gather(doc, error)
-        except Exception as e:  # noqa: BLE001 - a rank that died or a timeout: say so, never hang
-            raise error or PipelineError(f"rank {world.rank}: results not gathered ({first_line(e)}); another "
-                                         "rank failed or hung: see its error line", EXIT_FAILED) from None
+        except PipelineError as e:  # the others did not answer: this rank's own error first, if it had one
+            raise error or e from None
     if error is not None and not isinstance(error, RankFailed):
         raise error
     failed = [p for p in parts if p.get("error")]

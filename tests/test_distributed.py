@@ -103,3 +103,45 @@ def test_per_rank_field_is_checked(tmp_path):
     write_results(tmp_path / "b.json", {**good, "ranks": 2, "per_rank": {"0": {}}})
     with pytest.raises(ResultsError, match="'per_rank' should be list"):
         read_results(tmp_path / "b.json")
+
+
+def _rank_that_waits(rank: int, port: int, results) -> None:
+    """Rank 0 waits at the start for rank 1, which never comes (a hung rank), with gloo and a 3 s timeout."""
+    import os
+    import time
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
+                      LOCAL_RANK=str(rank))
+    from source_code import distributed
+
+    distributed.COLLECTIVE_TIMEOUT_S = 3
+    world = distributed.World.from_env()
+    with distributed.process_group(world, "cpu") as dist:
+        if rank == 1:
+            time.sleep(10)
+            return
+        t0 = time.monotonic()
+        try:
+            distributed.Rank(world, dist).start()
+            results.put(("returned", time.monotonic() - t0))
+        except distributed.PipelineError as e:
+            results.put((str(e), time.monotonic() - t0))
+
+
+def test_a_hung_rank_times_the_others_out():
+    import multiprocessing
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_rank_that_waits, args=(r, port, results)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    message, waited = results.get(timeout=120)
+    for p in procs:
+        p.join(timeout=60)
+    assert message.startswith("rank 0: the other ranks did not answer (") and "one failed or hung" in message
+    assert 2.5 < waited < 9  # the 3 s timeout, not rank 1's 10 s
