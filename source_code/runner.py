@@ -1,6 +1,7 @@
 """The runners: compose the stages over the muxer's batches, in this thread (``run_sync``) or
 one thread per stage joined by bounded queues (``run_queued``). Both call every stage through
-``call_stage`` and hand each finished batch, stamped with ``done_ns``, to a sink.
+``call_stage`` and hand each finished batch, stamped with ``done_ns``, to a sink. On CUDA every
+thread that runs stages first makes the run's device its current device (``use_device``).
 """
 from __future__ import annotations
 
@@ -23,8 +24,23 @@ def call_stage(name: str, fn: Callable[[Batch], Batch], b: Batch) -> Batch:
         return fn(b)
 
 
-def run_sync(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None]) -> None:
+def use_device(device) -> None:
+    """Make ``device`` (``cuda``, ``cuda:N``) this thread's current CUDA device; nothing for CPU or None.
+
+    A new thread starts on cuda:0, so with ``cuda:N`` every stage thread must say so first:
+    work that a stage or a library launches on "the current device" would otherwise land on 0."""
+    if device is None or device.type != "cuda":
+        return
+    import torch
+
+    from source_code.backends.base import parse_device
+
+    torch.cuda.set_device(parse_device(device))
+
+
+def run_sync(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None], *, device=None) -> None:
     """Run every stage in this thread, batch after batch."""
+    use_device(device)
     while True:
         if muxer.threaded:
             b = muxer()
@@ -40,7 +56,7 @@ def run_sync(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None]) -> Non
 
 
 def run_queued(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None], *,
-               queue_size: int) -> None:
+               queue_size: int, device=None) -> None:
     """Run each stage in its own thread, connected by bounded queues; re-raise the first error."""
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -66,6 +82,7 @@ def run_queued(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None], *,
 
     def worker(k: int, name: str, fn: Callable):
         try:
+            use_device(device)
             while True:
                 b = get(qs[k])
                 if b is None:
