@@ -78,7 +78,7 @@ def options(clip: Path, frames: int, device: str, flags: dict, out: Path) -> dic
     """Every option of one configuration's run (what its ledger row records as ``config``); a run
     that draws writes its video under ``out``, passed as a flag, not through the environment."""
     drawn = flags.get("osd", True) is not False and not flags.get("decode_only")
-    return {"input": str(clip), "frames": frames, "device": device,
+    return {"inputs": [str(clip)], "frames": frames, "device": device,
             **({"output": str(out / f"{clip.stem}.tracked.mp4")} if drawn else {}), **flags}
 
 

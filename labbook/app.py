@@ -21,7 +21,7 @@ def app_options(flags: dict, *, video: Path | None = None, mode: str = MODE) -> 
 
     s = settings(mode)
     video = Path(video or sample_video(mode))
-    opts: dict = {"input": str(video), "frames": s.frames, "warmup": s.warmup}
+    opts: dict = {"inputs": [str(video)], "frames": s.frames, "warmup": s.warmup}
     if s.input_hw:
         opts["input_hw"] = s.input_hw
     if flags.get("osd", True) is not False:  # drawing on: the video is written, under REPORTS

@@ -63,7 +63,7 @@ def kernels(x, n: int = 10):
     rep = _report_or_why(x)
     if not isinstance(rep, labkit.Report):
         return rep
-    k = rep.kernel_summary()
+    k = labkit.kernel_summary(rep)
     return k.head(n) if len(k) else say("No GPU kernels in this profile: the run used the CPU only.")
 
 
@@ -74,7 +74,7 @@ def copies(x, mode: str = MODE):
     rep = _report_or_why(x)
     if not isinstance(rep, labkit.Report):
         return rep
-    out = rep.copy_table(warmup=warmup_batches(x, mode))
+    out = labkit.copy_table(rep, warmup=warmup_batches(x, mode))
     return out.round(3) if len(out) else say("No host-device copies after warm-up in this profile: "
                                              "the run used the CPU only.")
 
@@ -85,19 +85,19 @@ def ranges(x, names):
     rep = _report_or_why(x)
     if not isinstance(rep, labkit.Report):
         return rep
-    s = rep.nvtx_summary()
+    s = labkit.nvtx_summary(rep)
     return s[s["name"].isin(list(names))][["name", "instances", "total_ns", "avg_ns"]].reset_index(drop=True)
 
 
 def overlap(rep, *, warmup: int = 0) -> dict:
     """How much the pipeline's stages ran at the same time (``Report.stage_overlap`` over the
     six stages), batches below ``warmup`` left out."""
-    return rep.stage_overlap(STAGES, warmup=warmup)
+    return labkit.stage_overlap(rep, STAGES, warmup=warmup)
 
 
 def window(rep, *, warmup: int = 0, count: int = 3, stage: str = "infer") -> tuple[int, int]:
     """A timeline window ``count`` batches wide in steady state (``Report.steady_window``)."""
-    return rep.steady_window(stage=stage, warmup=warmup, count=count)
+    return labkit.steady_window(rep, stage=stage, warmup=warmup, count=count)
 
 
 def warmup_batches(x, mode: str = MODE) -> int:

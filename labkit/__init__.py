@@ -1,11 +1,26 @@
 """labkit: profile programs with Nsight Systems and read the reports as pandas DataFrames.
 
-Public API (imported lazily, so ``import labkit.annotate`` stays light):
+Public API (imported lazily, so ``import labkit.annotate`` stays light). The data flows
+run -> report -> DataFrames -> tables, plots, one module per step:
 
-- profiling:  ``profile``, ``load_report``, ``Report``, ``plot_timeline``
+- run:        ``profile(command, *, name, ...) -> Report`` (record, export, load);
+              ``labkit.nsys.record`` / ``labkit.nsys.export_sqlite`` return paths only
+- report:     ``load_report(path) -> Report``; ``Report`` holds the frames (``nvtx``, ``kernels``,
+              ``memcpy``, ``memset``, ``cuda_api``, ``sync``, ``graphs``, ``gpu_ops()``, ``threads``, ``meta``,
+              ``nsys_version``, ``path``) and says ``has_cuda`` / ``has_nvtx``
+              (reading: ``labkit.reader``, with ``trim_export``)
+- summaries (as ``nsys stats``; each takes the Report): ``nvtx_summary``, ``kernel_summary``,
+  ``memcpy_summary``, ``gpu_projection``, ``gpu_projection_summary``
+- analyses (each takes the Report): ``stage_table``, ``batches``, ``gpu_utilization``,
+  ``gpu_idle_gaps``, ``bottleneck``, ``steady_window``, ``stage_overlap``, ``copy_table``,
+  ``pageable_copies``; ``labkit.analysis.busy_intervals`` merges intervals
+- advice (takes the Report): ``advise`` (findings, levers, predicted speed-up bounds), ``next_lever``
+- many reports (one per rank): ``load_reports`` -> ``Reports``, ``profile_ranks``, ``plot_rank_timeline``
+- plots: ``plot_timeline``
 - benchmarks: ``bench`` (module), ``Ledger``, ``speedup_table``
 - environment: ``doctor``
 - annotation for applications: ``labkit.annotate`` (no pandas/matplotlib on import)
+- command line: ``python -m labkit`` (``labkit.cli``)
 """
 from __future__ import annotations
 
@@ -13,16 +28,29 @@ import importlib
 
 __version__ = "0.1.0"
 
+_SUMMARIES = ("nvtx_summary", "kernel_summary", "memcpy_summary", "gpu_projection", "gpu_projection_summary")
+_ANALYSES = ("stage_table", "batches", "gpu_utilization", "gpu_idle_gaps", "bottleneck", "steady_window",
+             "stage_overlap", "copy_table", "pageable_copies")
 _LAZY = {
-    "profile": ("labkit.nsys", "profile"),
+    "profile": ("labkit.report", "profile"),
     "load_report": ("labkit.report", "load_report"),
     "Report": ("labkit.report", "Report"),
     "plot_timeline": ("labkit.timeline", "plot_timeline"),
     "Ledger": ("labkit.ledger", "Ledger"),
     "speedup_table": ("labkit.tables", "speedup_table"),
     "doctor": ("labkit.doctor", "doctor"),
+    "advise": ("labkit.advice", "advise"),
+    "next_lever": ("labkit.advice", "next_lever"),
+    "load_reports": ("labkit.ranks", "load_reports"),
+    "Reports": ("labkit.ranks", "Reports"),
+    "plot_rank_timeline": ("labkit.ranks", "plot_rank_timeline"),
+    "profile_ranks": ("labkit.ranks_profile", "profile_ranks"),
+    **{name: ("labkit.summaries", name) for name in _SUMMARIES},
+    **{name: ("labkit.analysis", name) for name in _ANALYSES},
 }
-_SUBMODULES = {"annotate", "bench", "ledger", "tables", "charts", "nsys", "report", "timeline", "doctor", "env", "errors"}
+_SUBMODULES = {"annotate", "bench", "ledger", "tables", "charts", "nsys", "report", "reader", "reader_nvtx",
+               "summaries", "analysis", "advice", "ranks", "ranks_profile", "timeline", "doctor", "env", "errors",
+               "cli", "style", "bench_core", "bench_parallel"}
 
 __all__ = sorted(_LAZY) + sorted(_SUBMODULES)
 

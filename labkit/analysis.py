@@ -1,5 +1,5 @@
-"""Analyses of a :class:`labkit.report.Report`: GPU projection of NVTX ranges, stage and batch
-tables, GPU utilization, the bottleneck sentence, pageable copies.
+"""Analyses of a :class:`labkit.report.Report`: stage and batch tables, GPU utilization, the
+bottleneck sentence, steady window, stage overlap, host-device copies.
 
 Everything is vectorized (searchsorted / reduceat over sorted arrays, loops only over threads
 or nesting levels), so a report with a million kernels is analysed in about a second.
@@ -16,8 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from labkit.summaries import gpu_projection
+
 __all__ = [
-    "project_ranges",
+    "steady_window",
+    "stage_overlap",
+    "copy_table",
     "stage_table",
     "batches",
     "gpu_utilization",
@@ -32,92 +36,6 @@ __all__ = [
 ITEMS_MARK = "items"  # same value as labkit.annotate.ITEMS_MARK (not imported: keep this module light)
 WAIT_WORDS = ("wait", "idle", "queue", "sleep", "sync")
 """Stage names containing one of these count as waiting, not as work, in :func:`bottleneck`."""
-
-
-# ----------------------------------------------------------------------------- projection
-def _launches(rep) -> dict[str, np.ndarray]:
-    """One entry per CUDA API call that launched GPU work: global_tid, call start/end, first op
-    start, last op end (ops joined to calls by process and correlation id), sorted by
-    (global_tid, call start). Pure numpy: sort + reduceat + searchsorted."""
-    ops = rep._gpu_core()
-    api = rep._api_core()
-    empty = {c: np.empty(0, dtype=np.int64) for c in ("global_tid", "call_start", "call_end", "op_start", "op_end")}
-    if len(ops["start_ns"]) == 0 or len(api["start_ns"]) == 0:
-        return empty
-    okey = (ops["pid"] << 32) | (ops["correlation_id"] & 0xFFFFFFFF)
-    o = np.argsort(okey, kind="stable")
-    ok = okey[o]
-    first = np.flatnonzero(np.r_[True, ok[1:] != ok[:-1]])
-    keys = ok[first]
-    op_s = np.minimum.reduceat(ops["start_ns"][o], first)
-    op_e = np.maximum.reduceat(ops["end_ns"][o], first)
-    akey = (api["pid"] << 32) | (api["correlation_id"] & 0xFFFFFFFF)
-    order = np.argsort(akey, kind="stable")
-    sk = akey[order]
-    pos = np.minimum(np.searchsorted(sk, keys), len(sk) - 1)
-    found = sk[pos] == keys
-    rows = order[pos[found]]
-    g = api["global_tid"][rows]
-    cs = api["start_ns"][rows]
-    srt = np.lexsort((cs, g))
-    return {"global_tid": g[srt], "call_start": cs[srt], "call_end": api["end_ns"][rows][srt],
-            "op_start": op_s[found][srt], "op_end": op_e[found][srt]}
-
-
-def project_ranges(rep) -> pd.DataFrame:
-    """See :meth:`labkit.report.Report.gpu_projection`."""
-    from labkit.report import PROJECTION_COLUMNS, _empty
-
-    nv = rep.nvtx
-    calls = _launches(rep)
-    sel = (nv["kind"] != "mark").to_numpy().copy()
-    if "end_global_tid" in nv:
-        egt = nv["end_global_tid"].to_numpy()
-        sel &= (egt < 0) | (egt == nv["global_tid"].to_numpy())
-    ridx = np.flatnonzero(sel)
-    if len(calls["global_tid"]) == 0 or len(ridx) == 0:
-        return _empty(PROJECTION_COLUMNS)
-    r_g = nv["global_tid"].to_numpy()[ridx]
-    r_s = nv["start_ns"].to_numpy()[ridx]
-    r_e = nv["end_ns"].to_numpy()[ridx]
-    c_g, c_s, c_e = calls["global_tid"], calls["call_start"], calls["call_end"]
-    lo = np.zeros(len(ridx), dtype=np.int64)
-    hi = np.zeros(len(ridx), dtype=np.int64)
-    # calls of a thread are sequential: those inside [start, end] are one contiguous slice
-    bounds = np.searchsorted(c_g, np.unique(c_g))
-    bounds = np.append(bounds, len(c_g))
-    for i, g in enumerate(np.unique(c_g)):
-        a, b = bounds[i], bounds[i + 1]
-        mine = np.flatnonzero(r_g == g)
-        if len(mine) == 0:
-            continue
-        ends = np.maximum.accumulate(c_e[a:b])
-        lo[mine] = a + np.searchsorted(c_s[a:b], r_s[mine], side="left")
-        hi[mine] = a + np.searchsorted(ends, r_e[mine], side="right")
-    n_ops = np.maximum(hi - lo, 0)
-    keep = n_ops > 0
-    lo, hi, n_ops, ridx = lo[keep], hi[keep], n_ops[keep], ridx[keep]
-    if len(ridx) == 0:
-        return _empty(PROJECTION_COLUMNS)
-    op_s = np.append(calls["op_start"], 0)
-    op_e = np.append(calls["op_end"], 0)
-    idx = np.empty(2 * len(lo), dtype=np.int64)
-    idx[0::2], idx[1::2] = lo, hi
-    p_s = np.minimum.reduceat(op_s, idx)[0::2]
-    p_e = np.maximum.reduceat(op_e, idx)[0::2]
-    sub = nv.iloc[ridx]
-    out = pd.DataFrame({
-        "name": sub["name"].to_numpy(), "domain": sub["domain"].to_numpy(),
-        "style": np.where(sub["kind"].to_numpy() == "start_end", "StartEnd", "PushPop").astype(object),
-        "start_ns": sub["start_ns"].to_numpy(), "end_ns": sub["end_ns"].to_numpy(),
-        "duration_ns": sub["duration_ns"].to_numpy(),
-        "proj_start_ns": p_s, "proj_end_ns": p_e, "proj_duration_ns": p_e - p_s, "num_gpu_ops": n_ops,
-        "tid": sub["tid"].to_numpy(), "pid": sub["pid"].to_numpy(), "depth": sub["depth"].to_numpy(),
-        "parent": sub["parent"].to_numpy(), "nvtx_index": ridx,
-    })
-    out = out.sort_values(["proj_start_ns", "proj_duration_ns"], ascending=[True, False], kind="stable",
-                          ignore_index=True)
-    return out[PROJECTION_COLUMNS]
 
 
 # ----------------------------------------------------------------------------- stages and batches
@@ -150,7 +68,7 @@ def _wall_ns(rep) -> int:
 
 
 def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
-    """Per stage (NVTX push/pop range name): CPU time, projected GPU time, items, share of wall.
+    """Per stage (NVTX range name, push/pop or start/end): CPU time, projected GPU time, items, share of wall.
 
     Args:
         stages: range names to include, in this order (default: all, by CPU time).
@@ -158,7 +76,7 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
             range nested inside them.
     Returns: stage, instances, items, cpu_ms, cpu_ms_per_instance, cpu_ms_per_item, gpu_ms
         (projected: first to last GPU op launched inside each instance, summed), gpu_ms_per_item,
-        wall_share (cpu_ms over the wall span of the push/pop ranges kept after the warm-up
+        wall_share (cpu_ms over the wall span of the ranges kept after the warm-up
         filter; above 1 when threads overlap), threads.
     """
     nv = rep.nvtx
@@ -166,7 +84,7 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
     r = nv.assign(items=items)
     if warmup:
         r = r[~_warmup_mask(nv, warmup)]
-    r = r[r["kind"] == "push_pop"]
+    r = r[r["kind"] != "mark"]  # push/pop and start/end ranges alike, as nsys reports them
     wall_ns = int(r["end_ns"].max() - r["start_ns"].min()) if len(r) else 0
     if stages is not None:
         r = r[r["name"].isin(list(stages))]
@@ -174,7 +92,7 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
             "gpu_ms_per_item", "wall_share", "threads"]
     if len(r) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object if c == "stage" else "float64") for c in cols})
-    proj = rep.gpu_projection()
+    proj = gpu_projection(rep)
     gpu = pd.Series(0, index=r.index, dtype="int64")
     if len(proj):
         pj = proj.set_index("nvtx_index")["proj_duration_ns"]
@@ -204,7 +122,7 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
 
 
 def batches(rep, *, warmup: int = 0, stages=None) -> pd.DataFrame:
-    """One row per batch index (the payload of push/pop ranges), warm-up batches left out.
+    """One row per batch index (the payload of ranges), warm-up batches left out.
 
     Args:
         warmup: batches with index below this are dropped.
@@ -268,7 +186,7 @@ def gpu_utilization(rep, *, bin_ms: float = 10.0, device_id: int | None = None, 
         window: (start_ns, end_ns) to cover (default: the trace span of NVTX and GPU work).
     Returns: start_ns, end_ns, busy_ns, idle_ns, busy_frac per bin.
     """
-    ops = rep.gpu_ops() if device_id is not None else rep._gpu_core()
+    ops = rep.gpu_ops() if device_id is not None else rep.gpu_arrays()
     if device_id is not None:
         ops = ops[ops["device_id"] == device_id]
     cols = ["start_ns", "end_ns", "busy_ns", "idle_ns", "busy_frac"]
@@ -347,7 +265,7 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     """Name the stage and the thread that bound throughput.
 
     Where ranges carry batch indices (payloads), only those past ``warmup`` count, and the wall
-    span is theirs. The busiest thread is the one whose work (push/pop ranges, minus waiting ranges such as
+    span is theirs. The busiest thread is the one whose work (ranges, minus waiting ranges such as
     ``wait``/``queue``/``sync``, counted once where nested) covers the largest share of the wall
     span; its stage with the most self time (own time minus nested ranges) is the bottleneck.
     When the GPU was busier than any thread, the GPU is named instead.
@@ -356,7 +274,8 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     thread and stage: self_ms, busy share).
     """
     nv = rep.nvtx
-    pp = nv[(nv["kind"] == "push_pop") & ~_warmup_mask(nv, warmup)] if warmup else nv[nv["kind"] == "push_pop"]
+    ranges = nv["kind"] != "mark"  # push/pop and start/end (a start/end range counts on the thread that opened it)
+    pp = nv[ranges & ~_warmup_mask(nv, warmup)] if warmup else nv[ranges]
     pay = pp["payload"].astype("float64")
     if pay.notna().any():
         # steady state: the span of the batch-indexed ranges past warm-up, and every range inside
@@ -386,7 +305,7 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     per["self_ms"] = per["self_ns"] / 1e6
     per = per.sort_values("self_ns", ascending=False, ignore_index=True)
     table = per[["thread", "tid", "name", "self_ms", "thread_busy_frac"]].rename(columns={"name": "stage"})
-    ops = rep._gpu_core()
+    ops = rep.gpu_arrays()
     ms, me = busy_intervals(ops["start_ns"], ops["end_ns"])
     gpu_frac = 0.0
     if len(ms):
@@ -413,7 +332,7 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
 # ----------------------------------------------------------------------------- copies
 def _stage_rows(rep, names, warmup: int) -> pd.DataFrame:
     nv = rep.nvtx
-    r = nv[(nv["kind"] == "push_pop") & nv["name"].isin(list(names))]
+    r = nv[(nv["kind"] != "mark") & nv["name"].isin(list(names))]
     if warmup:
         pay = r["payload"].astype("float64")
         r = r[~(pay.notna() & (pay < warmup))]
@@ -482,7 +401,7 @@ def pageable_copies(rep) -> pd.DataFrame:
 
 def copy_table(rep, *, warmup: int = 0) -> pd.DataFrame:
     """Host-device memory copies per direction and kind of host memory, counting only copies
-    whose CUDA call was made inside a batch range (an NVTX push/pop range with a payload, on the
+    whose CUDA call was made inside a batch range (an NVTX range with a payload, on the
     calling thread) of index ``warmup`` or more: start-up copies (model weights) and warm-up
     batches are left out, even when a queued stage ran ahead of the others.
 
@@ -494,7 +413,7 @@ def copy_table(rep, *, warmup: int = 0) -> pd.DataFrame:
     m, api, nv = rep.memcpy, rep.cuda_api, rep.nvtx
     if len(m):
         m = m[m["kind"].isin(["Host-to-Device", "Device-to-Host"])]
-    ranges = nv[(nv["kind"] == "push_pop") & nv["payload"].notna()] if len(nv) else nv
+    ranges = nv[(nv["kind"] != "mark") & nv["payload"].notna()] if len(nv) else nv
     if len(m) == 0 or len(api) == 0 or len(ranges) == 0:
         return empty
     calls = m.merge(api[["pid", "correlation_id", "global_tid", "start_ns"]].rename(columns={"start_ns": "call_ns"}),

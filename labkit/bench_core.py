@@ -399,13 +399,13 @@ def _run_profiled(cmd: list[str], *, name: str, step: str, results_dir: Path, pr
     t0 = time.perf_counter()
     try:
         # nsys passes the application's exit status through, so a failing app lands here
-        report = nsys.profile(cmd + ["--results", str(results)], name=name, outdir=profile_dir,
-                              env=dict(env or {}), progress=progress, capture_range=capture_range)
+        rec = nsys.record(cmd + ["--results", str(results)], name=name, outdir=profile_dir,
+                          env=dict(env or {}), progress=progress, capture_range=capture_range)
+        nsys.export_sqlite(rec.nsys_rep, nsys=rec.nsys, progress=progress)  # analyses read the export
     except nsys.NsysNotFoundError:
         raise
     except nsys.NsysError as exc:
         raise BenchError(f"benchmark {step!r}, profiled run: {exc}") from None
-    log = Path(report.log_path) if report.log_path else profile_dir / f"{name}.log"
-    return profile_dir / f"{name}.nsys-rep", _row(0, True, results, log, time.perf_counter() - t0)
+    return Path(rec.nsys_rep), _row(0, True, results, Path(rec.log), time.perf_counter() - t0)
 
 

@@ -144,21 +144,18 @@ _CUDA_PROBE = textwrap.dedent("""
 def _probe(nsys: str, nsys_version: str | None, *, cuda: bool) -> list[Check]:
     """Profile a three-range program with nsys (through labkit.profile) and count its ranges;
     with ``cuda``, the program also launches a kernel and the kernel is looked for."""
-    import warnings
-
-    from labkit.nsys import NsysError, profile
+    from labkit.nsys import NsysError
+    from labkit.report import profile
 
     with tempfile.TemporaryDirectory(prefix="labkit-doctor-") as tmp:
         script = os.path.join(tmp, "probe.py")
         with open(script, "w") as f:
             f.write(_NVTX_PROBE + (_CUDA_PROBE if cuda else ""))
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # "no CUDA tables" on a CPU probe: expected
-                rep = profile([sys.executable, script], name="probe", outdir=tmp,
-                              trace=("cuda", "nvtx") if cuda else ("nvtx",), progress=False, nsys=nsys)
-                nv = rep.nvtx
-                kernels = len(rep.kernels) if cuda else 0
+            rep = profile([sys.executable, script], name="probe", outdir=tmp,
+                          trace=("cuda", "nvtx") if cuda else ("nvtx",), progress=False, nsys=nsys)
+            nv = rep.nvtx
+            kernels = len(rep.kernels) if cuda else 0
         except NsysError as exc:
             tail = str(exc).strip().splitlines()[-1:] or ["no output"]
             return [Check("nvtx probe", FAIL, f"nsys profile failed: {tail[0]}",

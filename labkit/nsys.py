@@ -1,31 +1,38 @@
-"""Run a command under Nsight Systems and export the report to SQLite.
+"""Run Nsight Systems: record a command, export a report to SQLite; both return paths.
 
-``profile`` builds a safe ``nsys profile`` command line (no CPU sampling, no context-switch
-trace: sampling hangs Debian's nsys 2022.4 here, and both bloat the report), streams the
-program's output to a log beside the report while showing elapsed time, keeps the
-``.nsys-rep`` and its ``.sqlite`` export, and returns the loaded :class:`labkit.report.Report`.
+``record`` builds a safe ``nsys profile`` command line (no CPU sampling, no context-switch
+trace: sampling hangs Debian's nsys 2022.4 here, and both bloat the report) and streams the
+program's output to a log beside the report while showing elapsed time on one updating line.
+Loading is :mod:`labkit.report`'s job (``labkit.profile`` = record + export + load).
 """
 from __future__ import annotations
 
-import argparse
+import functools
+import hashlib
 import os
+import re
 import shlex
+import sqlite3
 import subprocess
 import sys
-import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from labkit.env import reports_dir
+from labkit.env import nsys_version
 from labkit.errors import LabkitError
 from labkit.errors import output_tail as _tail
 
 __all__ = [
-    "profile",
+    "record",
+    "Recording",
     "profile_command",
+    "supports_option",
+    "export_cache_dir",
+    "export_is_complete",
+    "report_version",
     "export_sqlite",
-    "cli_profile",
     "NsysError",
     "NsysNotFoundError",
     "CaptureRangeError",
@@ -66,13 +73,31 @@ def _nsys_or_raise(nsys: str | None = None) -> str:
     return path
 
 
+@functools.lru_cache(maxsize=8)
+def supports_option(exe: str, option: str) -> bool:
+    """Whether this nsys's ``nsys profile --help`` lists ``option`` (2022.4 has --cuda-graph-trace)."""
+    try:
+        out = subprocess.run([exe, "profile", "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return option in out.stdout + out.stderr
+
+
 def profile_command(command: Sequence[str], *, output: Path, trace=("cuda", "nvtx"), capture_range=None,
-                    nsys_args: Sequence[str] = (), overwrite: bool = False, nsys: str = "nsys") -> list[str]:
-    """The ``nsys profile`` argv that :func:`profile` runs (exposed for tests and notebooks)."""
+                    nsys_args: Sequence[str] = (), overwrite: bool = False, nsys: str = "nsys",
+                    graph_nodes: bool = True) -> list[str]:
+    """The ``nsys profile`` argv that :func:`record` runs (exposed for tests and notebooks).
+
+    ``graph_nodes``: with CUDA traced, record each CUDA-graph node as its own kernel
+    (``--cuda-graph-trace=node``; nsys's default records a whole graph as one row), unless
+    ``nsys_args`` already choose.
+    """
     trace = ",".join(trace) if not isinstance(trace, str) else trace
     argv = [nsys, "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none",
             f"--output={output}", f"--force-overwrite={'true' if overwrite else 'false'}"]
     extra = list(nsys_args)
+    if graph_nodes and "cuda" in trace.split(",") and not any(a.startswith("--cuda-graph-trace") for a in extra):
+        argv.append("--cuda-graph-trace=node")
     if capture_range:
         if capture_range == "cudaProfilerApi":
             argv.append("--capture-range=cudaProfilerApi")
@@ -86,14 +111,25 @@ def profile_command(command: Sequence[str], *, output: Path, trace=("cuda", "nvt
     return argv + extra + list(command)
 
 
-def profile(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profiles", capture_range=None,
-            nsys_args: Sequence[str] = (), env: dict | None = None, overwrite: bool = False,
-            progress: bool = True, nsys: str | None = None):
-    """Run ``command`` under ``nsys profile`` and load the result.
+@dataclass(frozen=True)
+class Recording:
+    """What :func:`record` wrote: the report, the program's log, and how it was made."""
+
+    nsys_rep: Path
+    log: Path
+    argv: list
+    wall_s: float
+    nsys: str
+
+
+def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profiles", capture_range=None,
+           nsys_args: Sequence[str] = (), env: dict | None = None, overwrite: bool = False,
+           progress: bool = True, nsys: str | None = None) -> Recording:
+    """Run ``command`` under ``nsys profile``; return the paths written (nothing is loaded).
 
     Args:
         command: argv list, or a string split like a shell would.
-        name: report name: writes ``outdir/name.nsys-rep``, ``.sqlite`` and ``.log``.
+        name: report name: writes ``outdir/name.nsys-rep`` and ``outdir/name.log``.
         trace: nsys ``--trace`` APIs (keep it small: osrt/cudnn/cublas make reports huge).
         capture_range: None (whole run), "cudaProfilerApi", or an NVTX range name
             (``"measure"`` or ``"measure@domain"``): only that range is recorded, so warm-up
@@ -101,12 +137,10 @@ def profile(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profi
         nsys_args: extra nsys options, added before the command.
         env: extra environment variables for the program.
         overwrite: replace an existing report of the same name.
-        progress: show a spinner with elapsed time on stderr.
-    Returns: :class:`labkit.report.Report` with ``log_path`` pointing at the program's output.
-    Raises: NsysNotFoundError, ReportExistsError, CaptureRangeError, NsysError.
+        progress: one updating line with the elapsed time (a terminal, or a widget in Jupyter).
+    Returns: :class:`Recording` (``nsys_rep``, ``log``, ``argv``, ``wall_s``, ``nsys``).
+    Raises: NsysNotFoundError, ReportExistsError, CaptureRangeError, ProgramFailedError, NsysError.
     """
-    from labkit.report import load_report
-
     argv_cmd = shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
     if not argv_cmd:
         raise NsysError("empty command: pass the program to profile, e.g. ['python', 'app.py']")
@@ -124,7 +158,8 @@ def profile(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profi
         if p.exists():
             p.unlink()
     argv = profile_command(argv_cmd, output=base, trace=trace, capture_range=capture_range,
-                           nsys_args=nsys_args, overwrite=overwrite, nsys=exe)
+                           nsys_args=nsys_args, overwrite=overwrite, nsys=exe,
+                           graph_nodes=supports_option(exe, "--cuda-graph-trace"))
     run_env = dict(os.environ)
     run_env.update(env or {})
     if capture_range and capture_range != "cudaProfilerApi":
@@ -139,7 +174,7 @@ def profile(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profi
         except OSError as exc:
             raise NsysNotFoundError(f"cannot run {exe} ({exc}): install nsys with scripts/install-nsys "
                                     f"or set LABKIT_NSYS") from None
-        _wait_with_progress(proc, f"nsys profile {name}", t0, progress)
+        _wait_with_progress(proc, f"nsys profile {name}", progress)
     output = log.read_text(errors="replace")
     if proc.returncode != 0:
         if rep.exists():  # nsys passes the program's exit status through and still writes the report
@@ -157,115 +192,122 @@ def profile(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profi
         hint = (" (only a .qdstrm was left: nsys's importer is missing; run scripts/install-nsys to fix it)"
                 if qd.exists() else "")
         raise NsysError(f"nsys finished but wrote no {rep.name}{hint}; its output:\n{_tail(output)}")
-    export_sqlite(rep, nsys=exe, progress=progress)
-    report = load_report(rep, nsys=exe)
-    report.log_path = log
-    report.meta["profile_command"] = shlex.join(argv)
-    report.meta["profile_wall_s"] = round(time.monotonic() - t0, 3)
-    return report
+    return Recording(nsys_rep=rep, log=log, argv=argv, wall_s=round(time.monotonic() - t0, 3), nsys=exe)
 
 
-def _wait_with_progress(proc: subprocess.Popen, label: str, t0: float, progress: bool) -> None:
-    interactive = sys.stderr.isatty() or "ipykernel" in sys.modules
-    if not progress or not interactive:  # a log file or CI: one line at the end is enough
-        proc.wait()
-        if progress:
-            print(f"{label}: done in {time.monotonic() - t0:.1f} s (exit {proc.returncode})", file=sys.stderr)
-        return
-    stop = threading.Event()
-
-    def spin():
-        try:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(desc=label, bar_format="{desc}: {elapsed}", file=sys.stderr, leave=False)
-            while not stop.wait(0.5):
-                bar.refresh()
-            bar.close()
-        except Exception:  # progress display must never break profiling
-            pass
-
-    th = threading.Thread(target=spin, daemon=True)
-    th.start()
+def _progress_bar(label: str, progress: bool):
+    """One updating line: a tqdm bar on a terminal, a widget in Jupyter; None where neither
+    renders in place (a log file, CI, a notebook without ipywidgets), so nothing is printed."""
+    if not progress:
+        return None
     try:
-        proc.wait()
+        if "ipykernel" in sys.modules:
+            import ipywidgets  # noqa: F401  (without it tqdm.notebook falls back to a line per update)
+            from tqdm.notebook import tqdm
+        elif sys.stderr.isatty():
+            from tqdm import tqdm
+        else:
+            return None
+        return tqdm(desc=label, bar_format="{desc}: {elapsed}", leave=False)
+    except Exception:  # progress display must never break profiling
+        return None
+
+
+def _wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> None:
+    bar = _progress_bar(label, progress)
+    try:
+        while True:
+            try:
+                proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if bar is not None:
+                    bar.refresh()
     except KeyboardInterrupt:
         proc.terminate()
         proc.wait()
         raise
     finally:
-        stop.set()
-        th.join(timeout=2)
-    print(f"{label}: done in {time.monotonic() - t0:.1f} s (exit {proc.returncode})", file=sys.stderr)
+        if bar is not None:
+            bar.close()
+
+
+# tables every finished export has, whatever was traced (a failed export leaves StringIds and
+# ProcessStreams only); one of the two metadata tables too (2022.4 / 2025.x names)
+_COMPLETE_TABLES = {"StringIds", "TARGET_INFO_SESSION_START_TIME", "ANALYSIS_DETAILS"}
+_META_TABLES = {"EXPORT_META_DATA", "META_DATA_EXPORT"}
+_VERSION = re.compile(rb"20[1-3]\d\.\d+\.\d+(?:\.\d+)?")
+
+
+def export_cache_dir() -> Path:
+    """Per-user folder for exports of reports in read-only folders (mode 0700):
+    ``$LABKIT_CACHE_DIR/exports``, else ``~/.cache/labkit/exports``."""
+    root = os.environ.get("LABKIT_CACHE_DIR")
+    path = Path(root) / "exports" if root else Path.home() / ".cache" / "labkit" / "exports"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+    return path
+
+
+def export_is_complete(db: Path) -> bool:
+    """Whether ``db`` is a finished SQLite export (its tables are there), not a failed export's remains."""
+    try:
+        con = sqlite3.connect(Path(db).resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError:
+        return False
+    return _COMPLETE_TABLES <= tables and bool(_META_TABLES & tables)
+
+
+def report_version(rep_path: Path) -> str | None:
+    """The nsys version that wrote a ``.nsys-rep`` (it is stored near the start of the file)."""
+    try:
+        with open(rep_path, "rb") as f:
+            m = _VERSION.search(f.read(4 << 20))
+    except OSError:
+        return None
+    return m.group().decode() if m else None
+
+
+def _major_minor(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
 
 
 def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, force: bool = False) -> Path:
-    """Export a ``.nsys-rep`` to ``.sqlite`` beside it, or under the temp folder when its folder is
-    read-only; an export newer than the report is reused."""
+    """Export a ``.nsys-rep`` to ``.sqlite`` beside it, or into the per-user export cache when its
+    folder is read-only. A complete export newer than the report is reused; nsys writes to a
+    temporary file renamed into place, so a failed export never leaves a partial ``.sqlite``."""
     rep_path = Path(rep_path)
     db = rep_path.with_suffix(".sqlite")
     if not os.access(rep_path.parent, os.W_OK) and not db.exists():
-        # a read-only folder (a shared or committed report): cache the export in the temp folder
-        import hashlib
-        import tempfile
-
+        # a read-only folder (a shared or committed report): cache the export per user
         key = hashlib.sha1(str(rep_path.resolve()).encode()).hexdigest()[:12]
-        cache = Path(tempfile.gettempdir()) / "labkit-exports"
-        cache.mkdir(parents=True, exist_ok=True)
-        db = cache / f"{rep_path.stem}-{key}.sqlite"
-    if db.exists() and not force and db.stat().st_mtime >= rep_path.stat().st_mtime:
+        db = export_cache_dir() / f"{rep_path.stem}-{key}.sqlite"
+    if (db.exists() and not force and db.stat().st_mtime >= rep_path.stat().st_mtime
+            and export_is_complete(db)):
         return db
     exe = _nsys_or_raise(nsys)
-    argv = [exe, "export", "--type=sqlite", f"--output={db}", "--force-overwrite=true", str(rep_path)]
+    tmp = db.with_name(f".{db.stem}.{os.getpid()}.partial.sqlite")
+    argv = [exe, "export", "--type=sqlite", f"--output={tmp}", "--force-overwrite=true", str(rep_path)]
     t0 = time.monotonic()
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+        if out.returncode != 0 or not tmp.exists() or not export_is_complete(tmp):
+            theirs, ours = report_version(rep_path), nsys_version(exe)
+            if theirs and ours and _major_minor(theirs) > _major_minor(ours):
+                raise NsysError(f"{rep_path} was written by nsys {theirs}; the installed {ours} cannot read it: "
+                                f"export it with a newer nsys, or pass the .sqlite")
+            raise NsysError(f"nsys export of {rep_path} failed (status {out.returncode}); its output:\n"
+                            f"{_tail(out.stdout + out.stderr)}")
+        os.replace(tmp, db)
     except OSError as exc:
         raise NsysNotFoundError(f"cannot run {exe} ({exc}): install nsys with scripts/install-nsys "
                                 f"or set LABKIT_NSYS") from None
-    if out.returncode != 0 or not db.exists():
-        raise NsysError(f"nsys export of {rep_path} failed (status {out.returncode}); its output:\n"
-                        f"{_tail(out.stdout + out.stderr)}")
+    finally:
+        tmp.unlink(missing_ok=True)
     if progress:
         print(f"nsys export {rep_path.name}: {time.monotonic() - t0:.1f} s", file=sys.stderr)
     return db
-
-
-def cli_profile(argv: list[str]) -> int:
-    """``python -m labkit profile [--name N] [--outdir D] [--trace T] [--capture-range R] [--overwrite] -- CMD``."""
-    p = argparse.ArgumentParser(prog="python -m labkit profile",
-                                description="Run a command under nsys; keep .nsys-rep, .sqlite and the program log.")
-    p.add_argument("--name", help="report name (default: the program's file name)")
-    p.add_argument("--outdir", default=str(reports_dir() / "profiles"))
-    p.add_argument("--trace", default="cuda,nvtx")
-    p.add_argument("--capture-range", default=None,
-                   help="cudaProfilerApi, or an NVTX range name that starts the capture")
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--summary", choices=("nvtx", "kernels", "none"), default="nvtx",
-                   help="summary printed afterwards")
-    p.add_argument("command", nargs=argparse.REMAINDER)
-    args = p.parse_args(argv)
-    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not cmd:
-        p.print_usage(sys.stderr)
-        print("labkit: no command given: put it after --, e.g. python -m labkit profile -- python app.py",
-              file=sys.stderr)
-        return 2
-    # default name: the script of "python script.py ...", else the program itself
-    is_python = Path(cmd[0]).name.startswith("python") and len(cmd) > 1 and not cmd[1].startswith("-")
-    name = args.name or Path(cmd[1] if is_python else cmd[0]).stem
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            rep = profile(cmd, name=name, trace=args.trace.split(","), outdir=args.outdir,
-                          capture_range=args.capture_range, overwrite=args.overwrite)
-    except LabkitError as exc:
-        print(f"labkit: {exc}", file=sys.stderr)
-        return 1
-    print(f"report: {rep.path} (sqlite: {Path(rep.path).with_suffix('.sqlite')}, log: {rep.log_path})")
-    if args.summary != "none":
-        df = rep.nvtx_summary() if args.summary == "nvtx" else rep.kernel_summary()
-        print(df.to_string(index=False) if len(df) else f"(no {args.summary} data)")
-    return 0

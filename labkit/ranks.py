@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from labkit.analysis import stage_table
 from labkit.errors import LabkitError
+from labkit.report import Report, load_report
+from labkit.summaries import kernel_summary, nvtx_summary
 
 __all__ = ["load_reports", "plot_rank_timeline", "Reports", "RanksError", "rank_from_name", "FRAMES"]
 
@@ -70,24 +72,18 @@ def _rank_from_env(db_path: Path) -> int | None:
 
 def _summaries(rep) -> dict[str, pd.DataFrame]:
     """The per-report summaries kept for each rank (the only calls into the report layer's analyses)."""
-    from labkit.analysis import stage_table
-
-    return {"stage_table": stage_table(rep), "nvtx_summary": rep.nvtx_summary(),
-            "kernel_summary": rep.kernel_summary()}
+    return {"stage_table": stage_table(rep), "nvtx_summary": nvtx_summary(rep),
+            "kernel_summary": kernel_summary(rep)}
 
 
 def _load_one(path: str, frames: tuple[str, ...]) -> dict:
-    """Worker: one report's frames, summaries, meta and warnings (plain data, cheap to send back)."""
-    from labkit.report import load_report
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # kept in "warnings" and re-issued by the parent with the rank
-        rep = load_report(path)
+    """Worker: one report's frames, summaries, meta and notes (plain data, cheap to send back)."""
+    rep = load_report(path)
     db = Path(path) if Path(path).suffix == ".sqlite" else Path(path).with_suffix(".sqlite")
     meta = {k: rep.meta.get(k) for k in ("nsys_version", "capture_epoch_ns", "command", "duration_ns")}
     meta["env_rank"] = _rank_from_env(db) if db.exists() else None
     return {"frames": {f: getattr(rep, f) for f in frames}, "summaries": _summaries(rep), "meta": meta,
-            "warnings": list(rep.warnings)}
+            "notes": list(rep.notes)}
 
 
 def _with_rank(parts: list[pd.DataFrame], ranks: list[int]) -> pd.DataFrame:
@@ -136,7 +132,7 @@ class Reports:
     them on a common one (capture start of each rank after the earliest).
 
     ``ranks``: sorted ranks; ``paths``: rank -> report; ``meta``: one row per rank (rank, path,
-    nsys_version, capture_epoch_ns, offset_ns, duration_ns, command); ``warnings``: what reports lack.
+    nsys_version, capture_epoch_ns, offset_ns, duration_ns, command); ``notes``: what reports lack (a CPU run has no CUDA tables), prefixed with the rank.
     """
 
     ranks: list[int]
@@ -144,7 +140,7 @@ class Reports:
     meta: pd.DataFrame
     _frames: dict[str, pd.DataFrame] = field(repr=False)
     _summaries: dict[str, pd.DataFrame] = field(repr=False)
-    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def __repr__(self) -> str:
         return f"Reports(ranks={self.ranks}, frames={sorted(self._frames)})"
@@ -199,14 +195,14 @@ class Reports:
         ranks' instances together (one row per domain/name/style; needs the nvtx frame)."""
         if not merged:
             return self._summaries["nvtx_summary"]
-        return self._merged_report("nvtx").nvtx_summary()
+        return nvtx_summary(self._merged_report("nvtx"))
 
     def kernel_summary(self, *, merged: bool = False) -> pd.DataFrame:
         """Kernels as ``cuda_gpu_kern_sum``: per rank (``rank`` column) or, ``merged``, all ranks'
         instances together (needs the kernels frame)."""
         if not merged:
             return self._summaries["kernel_summary"]
-        return self._merged_report("kernels").kernel_summary()
+        return kernel_summary(self._merged_report("kernels"))
 
     def imbalance(self, *, metric: str = "cpu_ms") -> pd.DataFrame:
         """Per stage, the slowest rank against the fastest, by ``metric`` of the stage table.
@@ -235,8 +231,6 @@ class Reports:
     def report(self, rank: int, *, aligned: bool = False):
         """One rank as a :class:`labkit.report.Report` over the kept frames (``aligned``: times
         shifted onto the earliest rank's clock, so ranks can be drawn on one axis)."""
-        from labkit.report import Report
-
         if rank not in self.paths:
             raise RanksError(f"no rank {rank} here (ranks: {self.ranks})")
         shift = int(self.offsets_ns[rank]) if aligned else 0
@@ -251,8 +245,6 @@ class Reports:
     def _merged_report(self, needs: str):
         """All ranks' event rows in one Report, for summaries over all instances together (``needs``:
         the frame the summary reads; a frame not kept would otherwise read as empty)."""
-        from labkit.report import Report
-
         self.frame(needs)
         parts = {n: df.drop(columns="rank") for n, df in self._frames.items()}
         return Report.from_frames(**parts, path=f"{len(self.ranks)} ranks")
@@ -270,7 +262,7 @@ def load_reports(paths, *, processes: int | None = None, frames: Sequence[str] =
         frames: event frames to keep (of :data:`FRAMES`); per-rank summaries are always kept.
         ranks: the rank of each path; default: from the file name (``NAME_<rank>``, nsys's
             ``%q{RANK}``), else the ``RANK`` in the export's recorded environment, else position.
-    Returns: :class:`Reports`; each report's warnings are re-issued prefixed with its rank.
+    Returns: :class:`Reports`; each report's notes are kept in ``notes``, prefixed with its rank.
     Raises: RanksError (no paths, unknown or repeated ranks), ReportError (a report that cannot be read).
     """
     paths = [Path(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
@@ -293,12 +285,7 @@ def load_reports(paths, *, processes: int | None = None, frames: Sequence[str] =
     got = list(ranks) if ranks is not None else _assign_ranks(paths, [d["meta"]["env_rank"] for d in loaded])
     order = np.argsort(got, kind="stable")
     got, paths, loaded = [got[i] for i in order], [paths[i] for i in order], [loaded[i] for i in order]
-    notes = [f"rank {r}: {w}" for r, d in zip(got, loaded) for w in d["warnings"]]
-    if notes:
-        from labkit.report import ReportWarning
-
-        for n in notes:
-            warnings.warn(n, ReportWarning, stacklevel=2)
+    notes = [f"rank {r}: {n}" for r, d in zip(got, loaded) for n in d["notes"]]
     meta = pd.DataFrame([{"rank": r, "path": str(p), **{k: v for k, v in d["meta"].items() if k != "env_rank"}}
                          for r, p, d in zip(got, paths, loaded)])
     epoch = pd.to_numeric(meta["capture_epoch_ns"], errors="coerce")
@@ -308,11 +295,11 @@ def load_reports(paths, *, processes: int | None = None, frames: Sequence[str] =
         kept[f] = _with_rank([d["frames"].pop(f) for d in loaded], got)
     summaries = {s: _with_rank([d["summaries"][s] for d in loaded], got) for s in _SUMMARIES}
     return Reports(ranks=got, paths=dict(zip(got, paths)), meta=meta, _frames=kept, _summaries=summaries,
-                   warnings=notes)
+                   notes=notes)
 
 
 def plot_rank_timeline(reports: Reports, *, ranks: Sequence[int] | None = None, window=None,
-                       max_events: int = 20000, labels: bool = True, figsize=None):
+                       max_depth: int = 2, labels: bool = True, figsize=None):
     """Timeline with one band per rank on a common clock: each band is :func:`labkit.timeline.plot_timeline`
     of that rank (threads with NVTX ranges by depth, GPU streams), ranks aligned by capture start.
 
@@ -320,10 +307,10 @@ def plot_rank_timeline(reports: Reports, *, ranks: Sequence[int] | None = None, 
         ranks: ranks to draw (default: all; each band takes about 0.3 s to draw here, so for tens
             of ranks pick the slowest and fastest ones from :meth:`Reports.imbalance`).
         window: (start_ns, end_ns) on the earliest rank's clock, or None for everything.
-        max_events: drawing budget shared by the bands.
+        max_depth: deepest NVTX nesting level drawn in each band (as :func:`plot_timeline`).
     Returns: the matplotlib Figure (one Axes per rank, shared x axis in ms from the window start).
     """
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     from labkit.timeline import plot_timeline
 
@@ -339,11 +326,10 @@ def plot_rank_timeline(reports: Reports, *, ranks: Sequence[int] | None = None, 
     # band height follows its rows (threads x nesting depth, GPU streams), as plot_timeline sizes them
     rows = [max(rep.nvtx[rep.nvtx["kind"] != "mark"].groupby(["global_tid", "depth"]).ngroups
                 + rep.gpu_ops().groupby(["device_id", "stream_id"]).ngroups, 1) for rep in reps]
-    fig, axes = plt.subplots(len(reps), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": rows},
-                             figsize=figsize or (12, 0.45 * sum(rows) + 0.6 * len(reps) + 1))
+    fig = Figure(figsize=figsize or (12, min(0.45 * sum(rows) + 0.6 * len(reps) + 1, 16)))
+    axes = fig.subplots(len(reps), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": rows})
     for r, rep, ax in zip(ranks, reps, axes[:, 0]):
-        plot_timeline(rep, window=window, ax=ax, labels=labels, relative=True,
-                      max_events=max(max_events // len(reps), 1))
+        plot_timeline(rep, window=window, ax=ax, labels=labels, relative=True, max_depth=max_depth)
         ax.set_title("")
         ax.set_ylabel(f"rank {r}", rotation=0, ha="right", va="center", fontsize=9, fontweight="bold")
         if ax is not axes[-1, 0]:

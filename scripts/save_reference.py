@@ -7,7 +7,7 @@ Copies the ledger, the speed-up table and plots, the notebooks' timings (``lab_t
 from run_lab), the doctor's output, and the SQLite exports of the baseline, ``queues`` and the
 fastest step that was profiled (swept steps have no profile), a few hundred KB to a few MB each,
 and draws their timelines; an export over ``--max-mb`` is trimmed to ``--trim-batches`` steady-state batches
-(``labkit.report.trim_export``). ``labkit.speedup_table("reports/")`` reads every ``ledger.jsonl`` under reports/, so a
+(``labkit.reader.trim_export``). ``labkit.speedup_table("reports/")`` reads every ``ledger.jsonl`` under reports/, so a
 GPU reference saved here appears as its own column beside this machine's. A CPU reference is best
 saved with ``--ledger-name ledger.reference.jsonl``: the same CPU model elsewhere would otherwise
 share its column.
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib
     matplotlib.use("Agg")
     import labkit
-    from labkit.report import trim_export
+    from labkit.reader import trim_export
 
     src, dst = args.reports, args.dest / args.machine
     ledger = src / "ledger.jsonl"
@@ -127,13 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         target.unlink(missing_ok=True)
         if db.stat().st_size > args.max_mb * 2**20:
             # a long GPU run exports tens of MB: keep a steady-state slice of it
-            start, end = rep.steady_window(warmup=-(-warm // batch), count=args.trim_batches)
+            start, end = labkit.steady_window(rep, warmup=-(-warm // batch), count=args.trim_batches)
             trim_export(db, target, start, end)
             print(f"save_reference: {target.name}: {args.trim_batches} batches of {db.name} "
                   f"({db.stat().st_size / 2**20:.1f} MB -> {target.stat().st_size / 2**20:.1f} MB)")
         else:
             shutil.copy2(db, target)
-        fig = labkit.plot_timeline(rep, window=rep.steady_window(warmup=-(-warm // batch), count=3))
+        fig = labkit.plot_timeline(rep, window=labkit.steady_window(rep, warmup=-(-warm // batch), count=3))
         fig.savefig(dst / f"timeline_{step}.png", dpi=100)
         written += [target.name, f"timeline_{step}.png"]
     print(f"save_reference: wrote {dst} ({', '.join(written)})")

@@ -1,13 +1,12 @@
 """labkit.analysis.steady_window and stage_overlap on a real export (annotated.nsys2022.4.sqlite:
 a decoder thread and a worker thread, so decode overlaps preprocess/infer)."""
 from __future__ import annotations
-
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import labkit
 from labkit import load_report
 
 FIX = Path(__file__).parent / "fixtures"
@@ -15,9 +14,7 @@ FIX = Path(__file__).parent / "fixtures"
 
 @pytest.fixture(scope="module")
 def rep():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_report(FIX / "annotated.nsys2022.4.sqlite")
+    return load_report(FIX / "annotated.nsys2022.4.sqlite")
 
 
 def test_steady_window_spans_count_periods_from_the_first_batch_past_warmup(rep):
@@ -25,17 +22,17 @@ def test_steady_window_spans_count_periods_from_the_first_batch_past_warmup(rep)
     infer = nv[(nv["name"] == "infer") & (nv["kind"] == "push_pop")]
     starts = np.sort(infer.loc[infer["payload"].astype(float) >= 1, "start_ns"].to_numpy())
     period = np.median(np.diff(starts))
-    start, end = rep.steady_window(warmup=1, count=2)
+    start, end = labkit.steady_window(rep, warmup=1, count=2)
     assert start == int(starts[0] - period / 2) and end == int(starts[0] + 1.5 * period)
     # the window holds exactly `count` infer starts
     assert ((starts >= start) & (starts < end)).sum() == 2
     with pytest.raises(ValueError, match="no 'infer' ranges"):
-        rep.steady_window(warmup=10_000)
+        labkit.steady_window(rep, warmup=10_000)
 
 
 def test_stage_overlap_agrees_with_a_brute_force_count(rep):
     names = ["decode", "preprocess", "infer"]
-    got = rep.stage_overlap(names, warmup=1)
+    got = labkit.stage_overlap(rep, names, warmup=1)
     nv = rep.nvtx
     r = nv[nv["name"].isin(names) & (nv["kind"] == "push_pop") & (nv["payload"].astype(float) >= 1)]
     s, e = r["start_ns"].to_numpy(), r["end_ns"].to_numpy()
@@ -48,6 +45,6 @@ def test_stage_overlap_agrees_with_a_brute_force_count(rep):
     assert got["overlap_frac"] == pytest.approx(two / busy)
     assert got["concurrency"] > 1.0  # the decoder thread runs beside the worker
     # one stage on one thread never overlaps itself
-    solo = rep.stage_overlap(["infer"])
+    solo = labkit.stage_overlap(rep, ["infer"])
     assert solo["concurrency"] == pytest.approx(1.0) and solo["overlap_frac"] == 0.0
-    assert np.isnan(rep.stage_overlap(["nothing"])["concurrency"])
+    assert np.isnan(labkit.stage_overlap(rep, ["nothing"])["concurrency"])

@@ -181,7 +181,6 @@ def test_config_of():
 
 
 @pytest.mark.nsys
-@pytest.mark.filterwarnings("ignore::labkit.report.ReportWarning")  # the tiny program has no NVTX/CUDA
 def test_profiled_run_is_kept_but_left_out_of_medians(app, tmp_path):
     r = bench.run(app + ["--fps-seq", "5,10,20"], step="p", repeats=2, profile=True, results_dir=tmp_path / "res",
                   profile_dir=tmp_path / "prof", name="pp", progress=False)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import labbook as lab
+import labkit
 import labbook.app
 import labbook.display
 import labbook.outcome
@@ -83,7 +84,7 @@ def test_app_command_keeps_an_explicit_input_size_and_writes_its_video_under_rep
 def test_app_options_are_what_bench_records():
     opts = lab.app_options({"queues": True}, video=Path("clip.mp4"), mode="small")
     s = lab.settings("small")
-    assert opts == {"input": "clip.mp4", "frames": s.frames, "warmup": s.warmup, "input_hw": s.input_hw,
+    assert opts == {"inputs": ["clip.mp4"], "frames": s.frames, "warmup": s.warmup, "input_hw": s.input_hw,
                     "output": str(lab.VIDEOS / "clip.tracked.mp4"), "queues": True}
     assert lab.app_argv(opts) == lab.app_command(video=Path("clip.mp4"), mode="small", queues=True)
 
@@ -364,12 +365,12 @@ def test_copies_of_a_real_gpu_pipeline_after_warmup():
     up = c.loc[("Host-to-Device", "Pinned")]
     assert up["copies"] == 5 and up["kb_per_copy"] == pytest.approx(4 * 360 * 640 * 3 / 1e3)  # 4 uint8 frames
     assert c.loc[("Device-to-Host", "Pageable"), "copies"] == 5  # detections back to the host
-    every = rep.copy_table().set_index(["kind", "host"])
+    every = labkit.copy_table(rep).set_index(["kind", "host"])
     assert every.loc[("Host-to-Device", "Pinned"), "copies"] == 6
     assert every["ms"].sum() == pytest.approx(m.loc[m["bytes"].isin([2764800, 9600]), "duration_ns"].sum() / 1e6)
     cpu = SimpleNamespace(profile=FIXTURES / "annotated.nsys2022.4.sqlite", config={"batch_size": 1})
     assert lab.copies(cpu).data.startswith("No host-device copies")
-    assert list(lab.report(cpu).copy_table().columns) == ["kind", "host", "copies", "mb", "kb_per_copy", "ms"]
+    assert list(labkit.copy_table(lab.report(cpu)).columns) == ["kind", "host", "copies", "mb", "kb_per_copy", "ms"]
     assert lab.copies(lab.Outcome("gpu_preprocess", "skipped", "no GPU")).data.startswith("No profile")
 
 

@@ -40,7 +40,6 @@ def test_code_cells_stay_short(book):
 
 @pytest.mark.nsys
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::labkit.report.ReportWarning")  # CPU profiles have no CUDA tables
 def test_whole_lab_runs_headless_in_small_mode(tmp_path):
     """`make lab MODE=small` in one go: every notebook, in order, with no error."""
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_lab.py"), "--mode", "small"],

@@ -6,15 +6,15 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+import labkit
 from labkit.env import find_nsys
-from labkit.nsys import CaptureRangeError, NsysError, ProgramFailedError, profile, profile_command
-from labkit.report import load_report
+from labkit.nsys import CaptureRangeError, NsysError, ProgramFailedError, profile_command
+from labkit.report import load_report, profile
 
 FIX = Path(__file__).parent / "fixtures"
 PROGRAM = FIX / "annotated.py"
@@ -23,9 +23,7 @@ skip_no_nsys = pytest.mark.skipif(NSYS is None, reason="nsys not found (scripts/
 
 
 def _profile(tmp, name="ann", **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return profile([sys.executable, str(PROGRAM)], name=name, outdir=tmp, trace=("nvtx",), **kw)
+    return profile([sys.executable, str(PROGRAM)], name=name, outdir=tmp, trace=("nvtx",), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +73,9 @@ def test_profiled_names_counts_nesting_payloads_threads(run):
     assert (nv.loc[items["parent"], "tid"].to_numpy() == items["tid"].to_numpy()).all()
     done = nv[nv["name"] == "done"]
     assert len(done) == 1 and done["tid"].iloc[0] in tid["batch"]
-    st = run.stage_table().set_index("stage")
+    st = labkit.stage_table(run).set_index("stage")
     assert st.loc["infer", "items"] == 24 and st.loc["decode", "items"] == 24
-    assert run.bottleneck().stage == "infer"
+    assert labkit.bottleneck(run).stage == "infer"
 
 
 @pytest.mark.nsys
@@ -89,7 +87,7 @@ def test_profiled_summary_equals_nsys_stats(run, tmp_path):
     subprocess.run([NSYS, "stats", "-q", "-r", report, "--format", "csv", "-o", str(tmp_path / "s"), str(db)],
                    check=True, capture_output=True, timeout=120)
     theirs = pd.read_csv(next(tmp_path.glob("s_*.csv")))
-    ours = run.nvtx_summary()
+    ours = labkit.nvtx_summary(run)
     labels = ours["name"] if old else ":" + ours["name"]
     assert list(labels) == list(theirs["Range"])
     assert list(ours["instances"]) == list(theirs["Instances"])
@@ -134,16 +132,12 @@ def test_nsys_failure_shows_its_output(tmp_path):
 def test_load_nsys_rep_exports_once(tmp_path):
     rep_path = tmp_path / "annotated.nsys-rep"
     shutil.copyfile(FIX / "annotated.nsys2022.4.nsys-rep", rep_path)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rep = load_report(rep_path)
-        ref = load_report(FIX / "annotated.nsys2022.4.sqlite")
+    rep = load_report(rep_path)
+    ref = load_report(FIX / "annotated.nsys2022.4.sqlite")
     assert rep_path.with_suffix(".sqlite").exists()
-    pd.testing.assert_frame_equal(rep.nvtx_summary(), ref.nvtx_summary())
+    pd.testing.assert_frame_equal(labkit.nvtx_summary(rep), labkit.nvtx_summary(ref))
     mtime = rep_path.with_suffix(".sqlite").stat().st_mtime
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        load_report(rep_path)
+    load_report(rep_path)
     assert rep_path.with_suffix(".sqlite").stat().st_mtime == mtime  # cached export reused
 
 
@@ -165,3 +159,16 @@ def test_failing_program_is_reported_with_its_output(tmp_path):
     with pytest.raises(ProgramFailedError, match="(?s)status 3.*about to fail"):
         profile([sys.executable, "-c", code], name="fail", outdir=tmp_path, trace=("nvtx",))
     assert (tmp_path / "fail.nsys-rep").exists() and "about to fail" in (tmp_path / "fail.log").read_text()
+
+
+@pytest.mark.nsys
+@skip_no_nsys
+def test_record_returns_paths_and_prints_no_progress_lines_off_a_terminal(tmp_path, capfd):
+    """Off a terminal/notebook widget, progress=True prints nothing (it used to print a line per run,
+    and a notebook cell got a line per second); record loads nothing and returns the paths."""
+    from labkit.nsys import Recording, record
+
+    rec = record([sys.executable, str(PROGRAM)], name="quiet", outdir=tmp_path, trace=("nvtx",), progress=True)
+    assert isinstance(rec, Recording) and rec.nsys_rep == tmp_path / "quiet.nsys-rep" and rec.nsys_rep.exists()
+    assert rec.log.exists() and not (tmp_path / "quiet.sqlite").exists()  # nothing exported or loaded
+    assert "nsys profile" not in capfd.readouterr().err

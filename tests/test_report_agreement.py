@@ -6,13 +6,13 @@ tests/fixtures/README.md). Instance counts must match exactly, times within 0.01
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+import labkit
 from labkit.report import load_report
 
 FIX = Path(__file__).parent / "fixtures"
@@ -21,9 +21,7 @@ ABS = 0.11  # nsys rounds averages and deviations to 0.1 ns
 
 
 def _load(name: str):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_report(FIX / name)
+    return load_report(FIX / name)
 
 
 def _close(ours, theirs) -> bool:
@@ -55,7 +53,7 @@ def _range_label(domain: str, name: str, naming: str) -> str:
 
 @pytest.mark.parametrize("export,csv,naming", NVTX_CASES, ids=[c[1] for c in NVTX_CASES])
 def test_nvtx_summary_matches_nsys(export, csv, naming):
-    ours = _load(export).nvtx_summary()
+    ours = labkit.nvtx_summary(_load(export))
     theirs = pd.read_csv(FIX / csv)
     assert list(ours.columns[:3]) == ["name", "domain", "style"]
     labels = [_range_label(d, n, naming) for d, n in zip(ours["domain"], ours["name"])]
@@ -74,7 +72,7 @@ def _xyz(s: str) -> tuple[int, ...]:
 
 
 def test_kernel_summary_by_launch_matches_gpukernsum():
-    ours = _load("gputest.nsys2025.3.sqlite").kernel_summary(by_launch=True)
+    ours = labkit.kernel_summary(_load("gputest.nsys2025.3.sqlite"), by_launch=True)
     theirs = pd.read_csv(FIX / "gputest.nsys2025.3.stats2022.4.gpukernsum.csv")
     assert len(ours) == len(theirs) == 7
     key_o = [(n, _xyz(g), _xyz(b)) for n, g, b in zip(ours["name"], ours["grid"], ours["block"])]
@@ -91,7 +89,7 @@ def test_kernel_summary_by_launch_matches_gpukernsum():
 
 def test_kernel_summary_by_name_aggregates_nsys_rows():
     rep = _load("gputest.nsys2025.3.sqlite")
-    ours = rep.kernel_summary().set_index("name")
+    ours = labkit.kernel_summary(rep).set_index("name")
     theirs = pd.read_csv(FIX / "gputest.nsys2025.3.stats2022.4.gpukernsum.csv").groupby("Name").agg(
         inst=("Instances", "sum"), total=("Total Time (ns)", "sum"), mn=("Min (ns)", "min"), mx=("Max (ns)", "max"))
     assert sorted(ours.index) == sorted(theirs.index)
@@ -102,7 +100,7 @@ def test_kernel_summary_by_name_aggregates_nsys_rows():
     assert ours["instances"].sum() == 352 == len(rep.kernels)
     # the fast path (ids grouped in numpy) and the frame path agree
     rep.kernels  # noqa: B018 - loads the full frame, so the next call takes the frame path
-    again = rep.kernel_summary().set_index("name")
+    again = labkit.kernel_summary(rep).set_index("name")
     pd.testing.assert_frame_equal(ours.sort_index(), again.sort_index())
 
 
@@ -111,7 +109,7 @@ _NSYS2022_COPY = {"HtoD": "Host-to-Device", "DtoH": "Device-to-Host", "DtoD": "D
 
 
 def test_memcpy_summary_matches_gpumemtimesum():
-    ours = _load("gputest.nsys2025.3.sqlite").memcpy_summary()
+    ours = labkit.memcpy_summary(_load("gputest.nsys2025.3.sqlite"))
     theirs = pd.read_csv(FIX / "gputest.nsys2025.3.stats2022.4.gpumemtimesum.csv")
 
     def modern(op: str) -> str:  # 2022.4 says "[CUDA memcpy DtoH]", 2025.3 "[CUDA memcpy Device-to-Host]"
@@ -127,7 +125,7 @@ def test_memcpy_summary_matches_gpumemtimesum():
 
 
 def test_gpu_projection_matches_nvtxgpuproj_row_for_row():
-    ours = _load("gputest.nsys2025.3.sqlite").gpu_projection()
+    ours = labkit.gpu_projection(_load("gputest.nsys2025.3.sqlite"))
     theirs = pd.read_csv(FIX / "gputest.nsys2025.3.stats2022.4.nvtxgpuproj.csv")
     assert len(ours) == len(theirs) == 40  # batch, infer, torch_infer, d2h x 10 ('sync' launches nothing)
     o = ours.sort_values(["proj_start_ns", "start_ns"], kind="stable", ignore_index=True)
@@ -144,8 +142,8 @@ def test_gpu_projection_matches_nvtxgpuproj_row_for_row():
 
 def test_gpu_projection_summary_is_consistent_with_trace():
     rep = _load("gputest.nsys2025.3.sqlite")
-    trace = rep.gpu_projection()
-    summ = rep.gpu_projection_summary().set_index("name")
+    trace = labkit.gpu_projection(rep)
+    summ = labkit.gpu_projection_summary(rep).set_index("name")
     assert set(summ.index) == {"batch", "infer", "torch_infer", "d2h"}
     for name, g in trace.groupby("name"):
         assert summ.loc[name, "instances"] == len(g) == 10
@@ -166,5 +164,5 @@ def test_in_process_stage_times_agree_with_the_report(stem):
         ours = nv.loc[nv["name"] == stage, "duration_ns"].sum() / 1e6
         theirs = doc["stage_detail"][stage]["total_ms"]
         assert ours == pytest.approx(theirs, rel=0.03, abs=0.2), stage
-    table = rep.stage_table()
+    table = labkit.stage_table(rep)
     assert {"preprocess", "infer", "postprocess"} <= set(table["stage"] if "stage" in table else table.index)

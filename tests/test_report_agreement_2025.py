@@ -6,13 +6,12 @@ nsys (commands in tests/fixtures/README.md). Instance counts exact, times within
 export also holds an ``NvtxDomainCreate`` row, which once made ``load_report`` fail under pandas 3.
 """
 from __future__ import annotations
-
-import warnings
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+import labkit
 from labkit.report import load_report
 
 FIX = Path(__file__).parent / "fixtures"
@@ -24,9 +23,7 @@ STATS = [("total_ns", "Total Time (ns)"), ("avg_ns", "Avg (ns)"), ("med_ns", "Me
 
 @pytest.fixture(scope="module")
 def rep():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_report(FIX / f"{STEM}.sqlite")
+    return load_report(FIX / f"{STEM}.sqlite")
 
 
 def _csv(report: str) -> pd.DataFrame:
@@ -44,7 +41,7 @@ def test_export_is_from_nsys_2025_with_a_domain_create_row(rep):
 
 
 def test_nvtx_summary_matches_nvtx_sum(rep):
-    ours, theirs = rep.nvtx_summary(), _csv("nvtx_sum")
+    ours, theirs = labkit.nvtx_summary(rep), _csv("nvtx_sum")
     assert [f"{d}:{n}" for d, n in zip(ours["domain"], ours["name"])] == list(theirs["Range"])
     assert list(ours["instances"]) == list(theirs["Instances"])
     for col, ref in STATS:
@@ -52,7 +49,7 @@ def test_nvtx_summary_matches_nvtx_sum(rep):
 
 
 def test_kernel_summary_matches_cuda_gpu_kern_sum(rep):
-    ours = rep.kernel_summary().set_index("name")
+    ours = labkit.kernel_summary(rep).set_index("name")
     theirs = _csv("cuda_gpu_kern_sum").set_index("Name")
     assert len(ours) == len(theirs) == 45 and set(ours.index) == set(theirs.index)
     assert (ours.loc[theirs.index, "instances"] == theirs["Instances"]).all()
@@ -62,7 +59,7 @@ def test_kernel_summary_matches_cuda_gpu_kern_sum(rep):
 
 
 def test_memcpy_summary_matches_cuda_gpu_mem_time_sum(rep):
-    ours, theirs = rep.memcpy_summary(), _csv("cuda_gpu_mem_time_sum")
+    ours, theirs = labkit.memcpy_summary(rep), _csv("cuda_gpu_mem_time_sum")
     assert list(ours["name"]) == list(theirs["Operation"])  # memsets included, as nsys does
     assert list(ours["instances"]) == list(theirs["Count"])
     for col, ref in STATS:
@@ -70,7 +67,7 @@ def test_memcpy_summary_matches_cuda_gpu_mem_time_sum(rep):
 
 
 def test_gpu_projection_matches_nvtx_gpu_proj_trace(rep):
-    ours = rep.gpu_projection().sort_values(["proj_start_ns", "start_ns"], kind="stable", ignore_index=True)
+    ours = labkit.gpu_projection(rep).sort_values(["proj_start_ns", "start_ns"], kind="stable", ignore_index=True)
     theirs = _csv("nvtx_gpu_proj_trace").sort_values(["Projected Start (ns)", "Orig Start (ns)"], kind="stable",
                                                      ignore_index=True)
     assert len(ours) == len(theirs) == 18  # preprocess, infer, postprocess x 6 batches
@@ -82,7 +79,7 @@ def test_gpu_projection_matches_nvtx_gpu_proj_trace(rep):
 
 
 def test_gpu_projection_summary_matches_nvtx_gpu_proj_sum(rep):
-    ours = rep.gpu_projection_summary().set_index("name")
+    ours = labkit.gpu_projection_summary(rep).set_index("name")
     theirs = _csv("nvtx_gpu_proj_sum")
     theirs.index = [r.lstrip(":") for r in theirs["Range"]]
     assert set(ours.index) == set(theirs.index) == {"preprocess", "infer", "postprocess"}

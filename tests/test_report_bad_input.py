@@ -1,18 +1,20 @@
 """Bad input: each case is a clear error (a LabkitError naming the fix) or an empty frame plus
-a warning, never a bare sqlite3/pandas exception."""
+a note in Report.notes, never a bare sqlite3/pandas exception."""
 from __future__ import annotations
 
 import shutil
 import sqlite3
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
+import labkit
 from labkit.errors import LabkitError
-from labkit.nsys import NsysNotFoundError, ReportExistsError, profile
-from labkit.report import NVTX_COLUMNS, SUMMARY_COLUMNS, ReportError, ReportWarning, load_report
+from labkit.nsys import NsysNotFoundError, ReportExistsError
+from labkit.report import NVTX_COLUMNS, SUMMARY_COLUMNS, ReportError, load_report, profile
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -58,7 +60,7 @@ def test_truncated_sqlite(tmp_path):
     with pytest.raises(ReportError):
         rep = load_report(p)
         rep.load_all()
-        rep.kernel_summary()
+        labkit.kernel_summary(rep)
 
 
 def test_corrupt_sqlite(tmp_path):
@@ -69,35 +71,41 @@ def test_corrupt_sqlite(tmp_path):
     with pytest.raises(ReportError):
         rep = load_report(p)
         rep.load_all()
-        rep.kernel_summary()
+        labkit.kernel_summary(rep)
 
 
-def test_export_without_nvtx_warns_and_gives_empty_frames(tmp_path):
+def test_export_without_nvtx_says_so_and_gives_empty_frames(tmp_path):
     p = _copy("gputest.nsys2025.3.sqlite", tmp_path)
     con = sqlite3.connect(p)
     con.execute("DROP TABLE NVTX_EVENTS")
     con.commit()
     con.close()
-    with pytest.warns(ReportWarning, match="no NVTX_EVENTS"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a missing part is data (has_nvtx), never a warning
         rep = load_report(p)
+    assert not rep.has_nvtx and rep.has_cuda and any("no NVTX_EVENTS" in n for n in rep.notes)
     assert len(rep.nvtx) == 0 and set(NVTX_COLUMNS) <= set(rep.nvtx.columns)
-    assert len(rep.nvtx_summary()) == 0 and set(SUMMARY_COLUMNS[1:]) <= set(rep.nvtx_summary().columns)
-    assert len(rep.gpu_projection()) == 0
-    assert len(rep.kernel_summary()) == 6  # the GPU side is still there (6 kernel names)
-    assert len(rep.stage_table()) == 0 and len(rep.batches()) == 0
-    assert "No NVTX ranges" in str(rep.bottleneck())
+    assert len(labkit.nvtx_summary(rep)) == 0 and set(SUMMARY_COLUMNS[1:]) <= set(labkit.nvtx_summary(rep).columns)
+    assert len(labkit.gpu_projection(rep)) == 0
+    assert len(labkit.kernel_summary(rep)) == 6  # the GPU side is still there (6 kernel names)
+    assert len(labkit.stage_table(rep)) == 0 and len(labkit.batches(rep)) == 0
+    assert "No NVTX ranges" in str(labkit.bottleneck(rep))
 
 
-def test_export_without_cuda_tables_warns():
-    with pytest.warns(ReportWarning, match="no CUDA tables"):
+def test_export_without_cuda_tables_is_data_not_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         rep = load_report(FIX / "cpu_threads.nsys2022.4.sqlite")
-    assert len(rep.kernels) == 0 and len(rep.memcpy_summary()) == 0
+    assert not rep.has_cuda and rep.has_nvtx and any("no CUDA tables" in n for n in rep.notes)
+    assert len(rep.kernels) == 0 and len(labkit.memcpy_summary(rep)) == 0
 
 
-def test_export_with_api_but_no_gpu_activity_warns():
-    with pytest.warns(ReportWarning, match="no GPU activity"):
-        rep = load_report(FIX / "gputest.nvtx-only.nsys2022.4.sqlite")
-    assert len(rep.cuda_api) == 1 and len(rep.kernels) == 0 and len(rep.gpu_projection()) == 0
+def test_export_with_api_but_no_gpu_activity_names_its_nsys():
+    rep = load_report(FIX / "gputest.nvtx-only.nsys2022.4.sqlite")
+    assert rep.has_cuda  # CUDA was traced: the API calls are there, the GPU side is not
+    note = next(n for n in rep.notes if "no GPU activity" in n)
+    assert "(2022.4.2.1)" in note and "CUDA 13" not in note  # the report's own nsys, not a fixed guess
+    assert len(rep.cuda_api) == 1 and len(rep.kernels) == 0 and len(labkit.gpu_projection(rep)) == 0
 
 
 def test_nsys_rep_without_nsys(tmp_path, monkeypatch):

@@ -1,23 +1,22 @@
 """Frames and analyses of real exports: exact facts about the programs that made them."""
 from __future__ import annotations
-
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+import labkit
 from labkit.report import (CUDA_API_COLUMNS, KERNEL_COLUMNS, MEMCPY_COLUMNS, MEMSET_COLUMNS, NVTX_COLUMNS,
-                           SUMMARY_COLUMNS, SYNC_COLUMNS, Report, _nest, cli_summary, load_report)
+                           SUMMARY_COLUMNS, SYNC_COLUMNS, Report, load_report)
+from labkit.cli import cli_summary
+from labkit.reader_nvtx import _nest
 
 FIX = Path(__file__).parent / "fixtures"
 
 
 def _load(name: str) -> Report:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_report(FIX / name)
+    return load_report(FIX / name)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +58,7 @@ def test_every_frame_has_its_columns(name):
             if c in df:
                 assert df[c].dtype == np.int64, (frame, c)
     for fn in ("nvtx_summary", "kernel_summary", "memcpy_summary", "gpu_projection_summary"):
-        assert set(SUMMARY_COLUMNS[1:]) <= set(getattr(rep, fn)().columns)
+        assert set(SUMMARY_COLUMNS[1:]) <= set(getattr(labkit, fn)(rep).columns)
 
 
 def test_gpu_fixture_frames(gpu):
@@ -108,23 +107,23 @@ def test_annotated_items_and_batches(ann):
     items = nv[(nv["kind"] == "mark") & (nv["name"] == "items")]
     assert len(items) == 6 * 4  # decode, batch, preprocess, infer per batch
     assert set(nv.loc[items["parent"], "name"]) == {"decode", "batch", "preprocess", "infer"}
-    st = ann.stage_table().set_index("stage")
+    st = labkit.stage_table(ann).set_index("stage")
     assert st.loc["infer", "instances"] == 6 and st.loc["infer", "items"] == 24
     assert st.loc["wait", "items"] == 0 and np.isnan(st.loc["wait", "cpu_ms_per_item"])
     assert st.loc["infer", "cpu_ms_per_item"] == pytest.approx(st.loc["infer", "cpu_ms"] / 24)
     assert 4.9 < st.loc["infer", "cpu_ms_per_instance"] < 7  # time.sleep(0.005)
-    sub = ann.stage_table(["decode", "infer"])
+    sub = labkit.stage_table(ann, ["decode", "infer"])
     assert list(sub["stage"]) == ["decode", "infer"]
-    b = ann.batches(warmup=2)
+    b = labkit.batches(ann, warmup=2)
     assert list(b["batch"]) == [2, 3, 4, 5] and (b["items"] == 4).all()
     assert {"decode_ms", "batch_ms", "preprocess_ms", "infer_ms"} <= set(b.columns)
     assert (b["ms_per_item"] == b["wall_ms"] / 4).all()
-    assert len(ann.batches()) == 6
-    assert ann.stage_table(warmup=2).set_index("stage").loc["infer", "instances"] == 4
+    assert len(labkit.batches(ann)) == 6
+    assert labkit.stage_table(ann, warmup=2).set_index("stage").loc["infer", "instances"] == 4
 
 
 def test_bottleneck_names_worker_infer(ann):
-    b = ann.bottleneck()
+    b = labkit.bottleneck(ann)
     assert b.stage == "infer"
     worker = ann.nvtx.loc[ann.nvtx["name"] == "infer", "tid"].iloc[0]
     assert b.tid == worker
@@ -133,7 +132,7 @@ def test_bottleneck_names_worker_infer(ann):
 
 
 def test_gpu_utilization_and_gaps(gpu):
-    u = gpu.gpu_utilization(bin_ms=50)
+    u = labkit.gpu_utilization(gpu, bin_ms=50)
     assert ((u["busy_frac"] >= 0) & (u["busy_frac"] <= 1)).all()
     ops = gpu.gpu_ops()
     # total busy equals the union of all GPU operations
@@ -144,22 +143,22 @@ def test_gpu_utilization_and_gaps(gpu):
     for a, b in zip(s, e):
         covered |= (mid > a) & (mid < b)
     assert u["busy_ns"].sum() == int(np.diff(t)[covered].sum())
-    gaps = gpu.gpu_idle_gaps(min_gap_ms=1.0)
+    gaps = labkit.gpu_idle_gaps(gpu, min_gap_ms=1.0)
     assert (gaps["duration_ns"] >= 1_000_000).all() and len(gaps) > 0
     assert gaps["duration_ns"].is_monotonic_decreasing
 
 
 def test_pageable_copies(gpu):
-    p = gpu.pageable_copies()
+    p = labkit.pageable_copies(gpu)
     assert len(p) > 0
     assert p["api"].str.contains("Async").all()
     assert ((p["src_kind"] == "Pageable") | (p["dst_kind"] == "Pageable")).all()
 
 
 def test_no_cuda_report_has_empty_gpu_frames(cpu):
-    assert len(cpu.kernels) == 0 and list(cpu.kernel_summary().columns) == SUMMARY_COLUMNS
-    assert len(cpu.gpu_projection()) == 0 and len(cpu.pageable_copies()) == 0
-    assert any("no CUDA tables" in w for w in cpu.warnings)
+    assert len(cpu.kernels) == 0 and list(labkit.kernel_summary(cpu).columns) == SUMMARY_COLUMNS
+    assert len(labkit.gpu_projection(cpu)) == 0 and len(labkit.pageable_copies(cpu)) == 0
+    assert any("no CUDA tables" in w for w in cpu.notes)
 
 
 @pytest.mark.parametrize("rows,depth,parent", [
@@ -192,18 +191,18 @@ def test_cli_summary_missing_file(capsys):
 
 
 def test_warmup_drops_nested_ranges_of_warmup_batches(gpu):
-    st = gpu.stage_table(warmup=2).set_index("stage")
+    st = labkit.stage_table(gpu, warmup=2).set_index("stage")
     # children of batches 0 and 1 carry no payload of their own but go with their batch
     assert st["instances"].to_dict() == {"batch": 8, "d2h": 8, "sync": 8, "infer": 8, "torch_infer": 8}
     assert st.loc["d2h", "gpu_ms"] > 0 and st.loc["sync", "gpu_ms"] == 0
-    assert gpu.bottleneck(warmup=2).stage == "d2h"
+    assert labkit.bottleneck(gpu, warmup=2).stage == "d2h"
 
 
 def test_column_reads_survive_rowid_gaps_and_chunking(gpu, tmp_path, monkeypatch):
     import shutil
     import sqlite3
 
-    from labkit import report as R
+    from labkit import reader as R
 
     sparse = tmp_path / "sparse.sqlite"
     shutil.copyfile(FIX / "gputest.nsys2025.3.sqlite", sparse)
@@ -212,9 +211,26 @@ def test_column_reads_survive_rowid_gaps_and_chunking(gpu, tmp_path, monkeypatch
     con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET rowid = rowid + 4000000000000 WHERE rowid > 200")
     con.commit()
     con.close()
-    pd.testing.assert_frame_equal(_load(str(sparse)).kernel_summary(), gpu.kernel_summary())
+    pd.testing.assert_frame_equal(labkit.kernel_summary(_load(str(sparse))), labkit.kernel_summary(gpu))
     monkeypatch.setattr(R._Db, "_CHUNK", 50)  # many group_concat chunks per column
     small = _load("gputest.nsys2025.3.sqlite")
     pd.testing.assert_frame_equal(small.nvtx, gpu.nvtx)
-    pd.testing.assert_frame_equal(small.gpu_projection(), gpu.gpu_projection())
+    pd.testing.assert_frame_equal(labkit.gpu_projection(small), labkit.gpu_projection(gpu))
     pd.testing.assert_frame_equal(small.kernels, gpu.kernels)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIX.glob("*.sqlite")))
+def test_fast_summaries_equal_the_frame_path(name):
+    """nvtx_summary / kernel_summary read straight from SQLite (one grouped query, one packed column)
+    give the same rows as the same summaries over the loaded frames."""
+    fast = load_report(FIX / name)
+    got = {"nvtx": labkit.nvtx_summary(fast), "kernels": labkit.kernel_summary(fast),
+           "short": labkit.kernel_summary(fast, names="short")}
+    assert "nvtx" not in fast._frames  # the fast paths loaded no frame
+    assert "kernels" not in fast._frames or "CUPTI_ACTIVITY_KIND_KERNEL" not in fast._db.tables
+    full = load_report(FIX / name).load_all()
+    want = {"nvtx": labkit.nvtx_summary(full), "kernels": labkit.kernel_summary(full),
+            "short": labkit.kernel_summary(full, names="short")}
+    for k in got:
+        a, b = (x.sort_values(list(x.columns[:3]), ignore_index=True) for x in (got[k], want[k]))
+        pd.testing.assert_frame_equal(a, b, check_dtype=False, check_categorical=False, rtol=1e-9)

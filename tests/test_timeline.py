@@ -4,7 +4,6 @@ from __future__ import annotations
 import importlib.util
 import io
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
+import labkit
 from labkit.report import Report, load_report
 from labkit.style import STAGE_COLORS, stage_color
 from labkit.timeline import NothingToDraw, plot_timeline
@@ -24,9 +24,7 @@ _spec.loader.exec_module(timeline_speed)
 
 
 def _load(name):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_report(FIX / name)
+    return load_report(FIX / name)
 
 
 def _rows(fig):
@@ -62,7 +60,7 @@ def test_pipeline_threads_named_by_stage_with_shared_colours():
 
 def test_window_clips_and_labels_never_overlap():
     rep = _load("pipeline.nsys2025.3.sqlite")
-    w0, w1 = rep.steady_window(warmup=1, count=3)
+    w0, w1 = labkit.steady_window(rep, warmup=1, count=3)
     fig = plot_timeline(rep, window=(w0, w1))
     ax = fig.axes[0]
     assert ax.get_xlim() == pytest.approx((0.0, (w1 - w0) / 1e6))

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import warnings
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from labkit import load_report
-from labkit.report import ReportError, ReportWarning, trim_export
+from labkit.reader import ReportError, trim_export
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXPORT = FIXTURES / "gputest.nsys2025.3.sqlite"
@@ -22,9 +21,7 @@ NVTX_DERIVED = ["depth", "parent"]
 
 
 def load(path):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ReportWarning)
-        return load_report(path)
+    return load_report(path)
 
 
 @pytest.fixture(scope="module")
@@ -221,9 +218,7 @@ def test_named_nvtx_domain_survives_the_trim(tmp_path):
     named = query(dst, "SELECT r.start, d.text FROM NVTX_EVENTS r JOIN NVTX_EVENTS d "
                        "ON d.eventType = 75 AND d.domainId = r.domainId WHERE r.eventType = 59 AND r.domainId != 0")
     assert len(named) >= 1 and all(text == "mydomain" for _, text in named), named
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        kept = load_report(dst).nvtx
+    kept = load_report(dst).nvtx
     assert len(kept) == 3 and set(kept.loc[kept["name"] == "work", "domain"]) == {"mydomain"}
 
 

@@ -13,7 +13,8 @@ gains are impossible.
 The application's NVTX contract relied on (``source_code/README.md``, "Stages and NVTX ranges";
 labkit never imports the application, so stage names are parameters with these defaults):
 
-- one push/pop range per stage call, named after the stage (:data:`STAGES`); its payload is the
+- one push/pop range per stage call, named after the stage (the lab application's are decode, preprocess, infer, postprocess,
+  track, display); its payload is the
   batch index and an ``items`` mark inside it carries the frames it handled (:mod:`labkit.annotate`);
 - a plain run calls every stage on one thread; ``--queues`` gives each stage its own thread
   (named after the stage), and decoder threads ``decode-K`` emit one ``decode`` range per frame.
@@ -26,8 +27,6 @@ labkit never imports the application, so stage names are parameters with these d
 from __future__ import annotations
 
 import math
-import sys
-import types
 
 import numpy as np
 import pandas as pd
@@ -35,9 +34,8 @@ import pandas as pd
 from labkit import analysis
 from labkit.errors import LabkitError
 
-__all__ = ["advise", "next_lever", "AdviseError", "STAGES", "STAGE_LEVERS", "ADVICE_COLUMNS"]
+__all__ = ["advise", "next_lever", "AdviseError", "STAGE_LEVERS", "ADVICE_COLUMNS", "annotated_stages"]
 
-STAGES = ("decode", "preprocess", "infer", "postprocess", "track", "display")
 """The application's stage range names, in pipeline order."""
 ADVICE_COLUMNS = ["finding", "evidence", "lever", "predicted_speedup", "rule"]
 
@@ -323,6 +321,13 @@ def _decode_bound(run: _Run, ceiling: float, fps: float) -> dict | None:
     return _row("decode_bound", "The run is decode-bound", ev, STAGE_LEVERS["decode"], max(ceiling / fps, 1.0))
 
 
+def annotated_stages(report) -> tuple[str, ...]:
+    """Names of the ranges that carry an ``items`` mark (every ``labkit.annotate.range`` emits
+    one): a program's stages, without labkit knowing the program."""
+    t = analysis.stage_table(report)
+    return tuple(t.loc[t["items"] > 0, "stage"])
+
+
 def advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float | None = None,
            fps: float | None = None, batch_size: int | None = None, detector_stage: str = "infer",
            min_gain: float = MIN_GAIN) -> pd.DataFrame:
@@ -330,7 +335,8 @@ def advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float | 
 
     Args:
         report: a :class:`labkit.report.Report` of a run annotated with stage ranges.
-        stages: the stage range names (default: the application's :data:`STAGES`).
+        stages: the stage range names (default: :func:`annotated_stages`, the ranges that carry an
+            ``items`` mark, as every ``labkit.annotate.range`` does).
         warmup: batches (payload below this) left out as warm-up.
         decode_ceiling_fps: frames/s of the same sources decoded alone (``--decode-only``); caps
             every bound and enables the decode-bound rule.
@@ -344,7 +350,8 @@ def advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float | 
         columns) when nothing holds the run back.
     Raises: AdviseError when the report has no stage ranges past the warm-up and no GPU work.
     """
-    run = _Run(report, STAGES if stages is None else stages, warmup, batch_size, detector_stage)
+    run = _Run(report, annotated_stages(report) if stages is None else tuple(stages), warmup, batch_size,
+               detector_stage)
     if run.load.empty and run.gpu_ms == 0:
         raise AdviseError(f"no NVTX ranges named {', '.join(run.stages)} past warm-up batch {warmup} and no GPU "
                           "work in this report: annotate the stages with labkit.annotate.range, or pass stages=[...] "
@@ -372,14 +379,3 @@ def next_lever(report, **kwargs) -> str:
     top = a.iloc[0]
     return (f"Next lever: {top['lever']}. {top['finding']} ({top['evidence']}); it can gain at most "
             f"{top['predicted_speedup']:.2f}x.")
-
-
-class _CallableModule(types.ModuleType):
-    """Importing ``labkit.advise`` makes the package attribute ``labkit.advise`` this module, not
-    the function, so the module itself answers ``labkit.advise(report, ...)``."""
-
-    def __call__(self, report, **kwargs) -> pd.DataFrame:
-        return advise(report, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

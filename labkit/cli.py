@@ -1,0 +1,125 @@
+"""Command line: ``python -m labkit {doctor,profile,summary,table} ...``.
+
+``profile`` and ``summary`` are here; ``doctor`` and ``table`` live with the modules that do
+the work and are imported only when asked for, so ``python -m labkit doctor`` does not import
+pandas or matplotlib.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+
+from labkit.errors import LabkitError
+
+__all__ = ["main", "cli_profile", "cli_summary"]
+
+_WHAT = ("nvtx", "kernels", "memcpy", "projection", "stages", "batches")
+
+_COMMANDS = {
+    "doctor": ("labkit.doctor", "cli", "check this machine: Python, torch, GPU, nsys, nvtx, TensorRT, OpenCV, disk"),
+    "profile": ("labkit.cli", "cli_profile", "run a command under nsys: python -m labkit profile [--name N] -- CMD ..."),
+    "summary": ("labkit.cli", "cli_summary", "summarize a report: python -m labkit summary REPORT [--what ...] [--csv]"),
+    "table": ("labkit.tables", "cli_table", "print the relative-speedup table of a ledger: python -m labkit table [PATH]"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in {"-h", "--help"} or argv[0] not in _COMMANDS:
+        unknown = argv and argv[0] not in {"-h", "--help"}
+        out = sys.stderr if unknown else sys.stdout
+        if unknown:
+            print(f"labkit: unknown command {argv[0]!r}", file=out)
+        print("usage: python -m labkit COMMAND [ARGS]\n\ncommands:", file=out)
+        for name, (_, _, help_) in _COMMANDS.items():
+            print(f"  {name:<8} {help_}", file=out)
+        return 2 if unknown else 0
+    module, func, _ = _COMMANDS[argv[0]]
+    try:
+        return int(getattr(importlib.import_module(module), func)(argv[1:]) or 0)
+    except BrokenPipeError:  # `python -m labkit summary R | head`: the reader left, nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def cli_summary(argv: list[str]) -> int:
+    """``python -m labkit summary REPORT [--what ...] [--csv]``: print one summary table."""
+    import pandas as pd
+
+    from labkit import analysis, summaries
+    from labkit.report import load_report
+
+    p = argparse.ArgumentParser(prog="python -m labkit summary",
+                                description="Summarize an Nsight Systems report (.nsys-rep or .sqlite).")
+    p.add_argument("report")
+    p.add_argument("--what", choices=_WHAT, default="nvtx")
+    p.add_argument("--csv", action="store_true", help="print CSV instead of a text table")
+    p.add_argument("--warmup", type=int, default=0, help="batches left out of --what batches")
+    args = p.parse_args(argv)
+    try:
+        rep = load_report(args.report)
+        df = {
+            "nvtx": lambda: summaries.nvtx_summary(rep),
+            "kernels": lambda: summaries.kernel_summary(rep),
+            "memcpy": lambda: summaries.memcpy_summary(rep),
+            "projection": lambda: summaries.gpu_projection_summary(rep),
+            "stages": lambda: analysis.stage_table(rep),
+            "batches": lambda: analysis.batches(rep, warmup=args.warmup),
+        }[args.what]()
+    except LabkitError as exc:
+        print(f"labkit: {exc}", file=sys.stderr)
+        return 1
+    for note in rep.notes:
+        print(f"labkit: note: {note}", file=sys.stderr)
+    if args.csv:
+        df.to_csv(sys.stdout, index=False)
+    elif len(df) == 0:
+        print(f"(no {args.what} data in {args.report})")
+    else:
+        with pd.option_context("display.max_rows", 200, "display.max_columns", 30, "display.width",
+                               int(os.environ.get("COLUMNS", "160")), "display.max_colwidth", 60):
+            print(df.to_string(index=False))
+    return 0
+
+
+def cli_profile(argv: list[str]) -> int:
+    """``python -m labkit profile [--name N] [--outdir D] [--trace T] [--capture-range R] [--overwrite] -- CMD``."""
+    from labkit import summaries
+    from labkit.env import reports_dir
+    from labkit.report import profile
+
+    p = argparse.ArgumentParser(prog="python -m labkit profile",
+                                description="Run a command under nsys; keep .nsys-rep, .sqlite and the program log.")
+    p.add_argument("--name", help="report name (default: the program's file name)")
+    p.add_argument("--outdir", default=str(reports_dir() / "profiles"))
+    p.add_argument("--trace", default="cuda,nvtx")
+    p.add_argument("--capture-range", default=None,
+                   help="cudaProfilerApi, or an NVTX range name that starts the capture")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--summary", choices=("nvtx", "kernels", "none"), default="nvtx",
+                   help="summary printed afterwards")
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not cmd:
+        p.print_usage(sys.stderr)
+        print("labkit: no command given: put it after --, e.g. python -m labkit profile -- python app.py",
+              file=sys.stderr)
+        return 2
+    # default name: the script of "python script.py ...", else the program itself
+    is_python = Path(cmd[0]).name.startswith("python") and len(cmd) > 1 and not cmd[1].startswith("-")
+    name = args.name or Path(cmd[1] if is_python else cmd[0]).stem
+    try:
+        rep = profile(cmd, name=name, trace=args.trace.split(","), outdir=args.outdir,
+                      capture_range=args.capture_range, overwrite=args.overwrite)
+    except LabkitError as exc:
+        print(f"labkit: {exc}", file=sys.stderr)
+        return 1
+    print(f"report: {rep.path} (sqlite: {Path(rep.path).with_suffix('.sqlite')}, log: {rep.log_path})")
+    if args.summary != "none":
+        df = summaries.nvtx_summary(rep) if args.summary == "nvtx" else summaries.kernel_summary(rep)
+        print(df.to_string(index=False) if len(df) else f"(no {args.summary} data)")
+    return 0

@@ -1,0 +1,472 @@
+"""Read an Nsight Systems SQLite export: the schema-aware reader (`_Db`), the table readers and
+`trim_export`.
+
+The reader checks every table and column before use, because exports of different nsys versions
+differ (2022.4 has ``EXPORT_META_DATA``, 2025.3 ``META_DATA_EXPORT`` and more columns; tables
+vanish when nothing of their kind ran). All times are integer nanoseconds on the report's own
+clock; names are resolved from ``StringIds`` with numpy indexing (no Python loop over rows).
+Integer columns are read one at a time (SQLite joins a column into one text that numpy parses,
+about twice as fast as row tuples), so callers read only the columns they need.
+"""
+from __future__ import annotations
+
+import re
+import sqlite3
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from labkit.errors import LabkitError
+
+__all__ = [
+    "ReportError",
+    "NVTX_COLUMNS",
+    "KERNEL_COLUMNS",
+    "MEMCPY_COLUMNS",
+    "MEMSET_COLUMNS",
+    "CUDA_API_COLUMNS",
+    "SYNC_COLUMNS",
+    "GRAPH_COLUMNS",
+    "SUMMARY_COLUMNS",
+    "PROJECTION_COLUMNS",
+    "trim_export",
+]
+
+
+class ReportError(LabkitError):
+    """A report file is missing, unreadable or not an Nsight Systems export."""
+
+# copyKind -> label, as ENUM_CUDA_MEMCPY_OPER of 2025.3 spells it (used when the enum is absent)
+_MEMCPY_KIND = {
+    0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
+    4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array",
+    8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer",
+    11: "Unified Host-to-Device", 12: "Unified Device-to-Host", 13: "Unified Device-to-Device",
+}
+_MEM_KIND = {
+    0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
+    5: "Device Static", 6: "Managed Static", 7: "Unknown",
+}
+_SYNC_KIND = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
+
+NVTX_COLUMNS = ["name", "domain", "start_ns", "end_ns", "duration_ns", "tid", "pid", "global_tid",
+                "thread_name", "depth", "parent", "kind", "payload", "color", "category", "ended"]
+KERNEL_COLUMNS = ["name", "demangled", "device_id", "context_id", "stream_id", "correlation_id",
+                  "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                  "start_ns", "end_ns", "duration_ns", "pid"]
+MEMCPY_COLUMNS = ["name", "kind", "bytes", "src_kind", "dst_kind", "pageable", "pinned", "device_id",
+                  "context_id", "stream_id", "correlation_id", "start_ns", "end_ns", "duration_ns", "pid"]
+MEMSET_COLUMNS = ["name", "bytes", "mem_kind", "device_id", "context_id", "stream_id", "correlation_id",
+                  "start_ns", "end_ns", "duration_ns", "pid"]
+CUDA_API_COLUMNS = ["name", "tid", "pid", "global_tid", "correlation_id", "start_ns", "end_ns",
+                    "duration_ns", "return_value"]
+SYNC_COLUMNS = ["kind", "device_id", "context_id", "stream_id", "correlation_id", "start_ns", "end_ns",
+                "duration_ns", "pid"]
+GRAPH_COLUMNS = ["name", "graph_id", "device_id", "context_id", "stream_id", "correlation_id", "start_ns", "end_ns",
+                 "duration_ns", "pid"]
+GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"  # whole-graph rows: nsys's default --cuda-graph-trace=graph
+SUMMARY_COLUMNS = ["name", "instances", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns",
+                   "time_pct"]
+PROJECTION_COLUMNS = ["name", "domain", "style", "start_ns", "end_ns", "duration_ns", "proj_start_ns",
+                      "proj_end_ns", "proj_duration_ns", "num_gpu_ops", "tid", "pid", "depth", "parent",
+                      "nvtx_index"]
+
+_TID_MASK = 0xFFFFFF
+
+
+def _empty(columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="object" if c in _TEXT_COLUMNS else "int64") for c in columns})
+
+
+_TEXT_COLUMNS = {"name", "demangled", "domain", "thread_name", "kind", "color", "src_kind", "dst_kind",
+                 "mem_kind", "style"}
+
+
+# ----------------------------------------------------------------------------- SQLite access
+class _Db:
+    """Schema-aware reader over one export (tables and columns looked up, never assumed)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            # immutable=1: never write, never take locks (fixtures are read-only files)
+            self.con = sqlite3.connect(self.path.resolve().as_uri() + "?immutable=1", uri=True)
+            rows = self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            raise ReportError(f"{path}: not a readable SQLite export ({_first_line(exc)}); re-export it with "
+                              f"`nsys export --type sqlite` or load the .nsys-rep") from None
+        self.tables = {r[0] for r in rows}
+        self._cols: dict[str, list[str]] = {}
+        self._notnull: dict[str, set[str]] = {}
+        self._count: dict[str, int] = {}
+        self._cache: dict[tuple[str, str], np.ndarray] = {}
+
+    def fail(self, table: str, problem) -> ReportError:
+        """The one-line error for a failed read of ``table``: SQLite's own check says whether the
+        file is damaged (a flipped or truncated page) or merely not an export this reader knows."""
+        try:
+            check = self.con.execute("PRAGMA quick_check(1)").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            check = _first_line(exc)
+        state = ("the file is damaged (SQLite quick_check: " + _first_line(check) + ")" if check != "ok"
+                 else "the table is not as nsys writes it")
+        return ReportError(f"{self.path}: reading {table} failed ({_first_line(problem)}): {state}; export it "
+                           f"again from the .nsys-rep")
+
+    def columns(self, table: str) -> list[str]:
+        if table not in self.tables:
+            return []
+        if table not in self._cols:
+            info = self.scalar_rows(f"PRAGMA table_info([{table}])", table)
+            self._cols[table] = [r[1] for r in info]
+            self._notnull[table] = {r[1] for r in info if r[3]}
+        return self._cols[table]
+
+    def has(self, table: str, *cols: str) -> bool:
+        have = self.columns(table)
+        return bool(have) and all(c in have for c in cols)
+
+    def notnull(self, table: str) -> set[str]:
+        self.columns(table)
+        return self._notnull.get(table, set())
+
+    def any_rows(self, table: str) -> bool:
+        """True when ``table`` exists and holds a row (without counting a million of them)."""
+        return table in self.tables and bool(self.scalar_rows(f"SELECT 1 FROM [{table}] LIMIT 1", table))
+
+    def count(self, table: str) -> int:
+        if table not in self._count:
+            self._count[table] = int(self.scalar_rows(f"SELECT count(*) FROM [{table}]", table)[0][0]) \
+                if table in self.tables else 0
+        return self._count[table]
+
+    def cols(self, table: str, names: list[str]) -> dict[str, np.ndarray]:
+        """Integer columns of ``table`` in rowid order as int64 arrays (NULL and absent: -1).
+
+        Columns are cached: asking again, or for a superset, reads only what is new. Python's
+        sqlite3 costs about 0.2 us per value here, so callers ask only for what they use.
+        """
+        have = self.columns(table)
+        missing = [c for c in dict.fromkeys(names) if c in have and (table, c) not in self._cache]
+        if missing:
+            n = self.count(table)
+            nn = self.notnull(table)
+            for c in missing:
+                expr = f"[{c}]" if c in nn else f"coalesce([{c}], -1)"
+                self._cache[(table, c)] = self._column(table, expr, n)
+        n = self.count(table)
+        return {c: self._cache[(table, c)] if (table, c) in self._cache else np.full(n, -1, dtype=np.int64)
+                for c in names}
+
+    _CHUNK = 4_000_000  # rows per group_concat string (SQLite caps a string at 1 GB)
+
+    def _column(self, table: str, expr: str, n: int, where: str = "") -> np.ndarray:
+        """One integer column in rowid order. SQLite joins it into one text (group_concat) and
+        numpy parses that: about twice as fast as fetchall(), which builds a tuple per row."""
+        if n == 0:
+            return np.empty(0, dtype=np.int64)
+        try:
+            lo, hi = self.con.execute(f"SELECT min(rowid), max(rowid) FROM [{table}]").fetchone()
+            lo, hi = int(lo), int(hi)
+            step = self._CHUNK
+            if (hi - lo) // step > 2 + 4 * n // step:  # sparse rowids: one pass, no chunks
+                lo, step = -(2**62), 2**63
+            parts = []
+            for a in range(lo, hi + 1, step):
+                text = self.con.execute(
+                    f"SELECT group_concat(v) FROM (SELECT {expr} AS v FROM [{table}] "
+                    f"WHERE rowid >= {a} AND rowid < {a + step} {where} ORDER BY rowid)").fetchone()[0]
+                if text:
+                    parts.append(parse_ints(text))
+        except (sqlite3.DatabaseError, UnicodeDecodeError, TypeError, ValueError) as exc:
+            raise self.fail(table, exc) from None
+        out = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        if len(out) != n:  # a NULL row or a non-integer value
+            raise self.fail(table, f"column {expr} holds {len(out)} integers for {n} rows")
+        return out
+
+    def scalar_rows(self, sql: str, table: str | None = None) -> list[tuple]:
+        """Rows of ``sql``; any SQLite or decoding error is a ReportError naming the table."""
+        try:
+            return self.con.execute(sql).fetchall()
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            m = re.search(r"FROM \[?(\w+)", sql)
+            raise self.fail(table or (m.group(1) if m else "the export"), exc) from None
+
+    def enum(self, table: str, default: dict[int, str]) -> dict[int, str]:
+        if self.has(table, "id", "label"):
+            out = dict(default)
+            out.update({int(i): str(label) for i, label in self.scalar_rows(f"SELECT id, label FROM [{table}]")})
+            return out
+        return dict(default)
+
+
+def _first_line(problem, width: int = 160) -> str:
+    text = " ".join(str(problem).split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def parse_ints(text: str) -> np.ndarray:
+    """Comma-joined integers (a group_concat) as int64; ValueError where a value is not an integer
+    (numpy would stop there with only a warning)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        try:
+            return np.fromstring(text, dtype=np.int64, sep=",")
+        except DeprecationWarning:
+            raise ValueError("a value is not an integer") from None
+
+
+def _lookup(strings: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """StringIds values for ids (-1 or out of range -> None), vectorized."""
+    ok = (ids >= 0) & (ids < len(strings))
+    out = np.full(len(ids), None, dtype=object)
+    out[ok] = strings[ids[ok]]
+    return out
+
+
+def _map_codes(codes: np.ndarray, table: dict[int, str]) -> np.ndarray:
+    uniq, inv = np.unique(codes, return_inverse=True)
+    labels = np.array([table.get(int(u), "Unknown") for u in uniq], dtype=object)
+    return labels[inv] if len(codes) else np.array([], dtype=object)
+
+
+def read_strings(db: _Db) -> np.ndarray:
+    """StringIds as a dense lookup array indexed by id (ids are small and dense in nsys exports)."""
+    ids_vals = db.scalar_rows("SELECT id, value FROM StringIds")
+    max_id = max((i for i, _ in ids_vals), default=-1)
+    strings = np.full(max_id + 1, None, dtype=object)
+    if ids_vals:
+        ids, vals = zip(*ids_vals)
+        strings[np.fromiter(ids, dtype=np.int64, count=len(ids))] = vals
+    return strings
+
+
+def _read_meta(db: _Db) -> dict:
+    meta: dict = {}
+    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        if db.has(table, "name", "value"):
+            kv = dict(db.scalar_rows(f"SELECT name, value FROM [{table}]"))
+            meta["nsys_version"] = kv.get("EXPORT_PRODUCT_VERSION")
+            meta["schema_version"] = kv.get("EXPORT_SCHEMA_VERSION")
+            meta["export_time_utc"] = kv.get("EXPORT_TIME_UTC")
+            meta["export_source"] = kv.get("EXPORT_PARAM_INPUT_FILE") or kv.get("EXPORT_INPUT_FILE")  # 2025.3 / 2022.4
+            break
+    if db.has("TARGET_INFO_SESSION_START_TIME", "utcTime"):
+        row = db.scalar_rows("SELECT utcTime, utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+        if row:
+            meta["capture_time_utc"], meta["capture_epoch_ns"] = row[0]
+    if db.has("ANALYSIS_DETAILS", "startTime", "stopTime", "duration"):
+        row = db.scalar_rows("SELECT startTime, stopTime, duration FROM ANALYSIS_DETAILS LIMIT 1")
+        if row:
+            meta["start_ns"], meta["stop_ns"], meta["duration_ns"] = (int(x) for x in row[0])
+    if db.has("META_DATA_CAPTURE", "name", "value"):
+        kv = db.scalar_rows("SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_0:%'")
+        d = dict(kv)
+        if "PROCESS_0:COMMAND" in d:
+            args = [v for k, v in kv if k.startswith("PROCESS_0:ARGUMENT_")]
+            meta["command"] = " ".join([d["PROCESS_0:COMMAND"], *args])
+    return meta
+
+
+def _read_threads(db: _Db, strings: np.ndarray) -> pd.DataFrame:
+    if not db.has("ThreadNames", "nameId", "globalTid"):
+        return pd.DataFrame({"global_tid": pd.Series(dtype="int64"), "tid": pd.Series(dtype="int64"),
+                             "pid": pd.Series(dtype="int64"), "thread_name": pd.Series(dtype=object)})
+    c = db.cols("ThreadNames", ["globalTid", "nameId"])
+    df = pd.DataFrame({"global_tid": c["globalTid"], "thread_name": _lookup(strings, c["nameId"])})
+    df = df.drop_duplicates("global_tid", keep="last").reset_index(drop=True)
+    g = df["global_tid"].to_numpy()
+    df.insert(1, "tid", g & _TID_MASK)
+    df.insert(2, "pid", (g >> 24) & _TID_MASK)
+    return df
+
+
+def _pid(global_pid: np.ndarray) -> np.ndarray:
+    return (global_pid >> 24) & _TID_MASK
+
+
+def _names(strings: np.ndarray, ids: np.ndarray) -> pd.Categorical | np.ndarray:
+    """Strings for StringIds as a Categorical (a million rows share a few hundred names)."""
+    uniq, inv = np.unique(ids, return_inverse=True)
+    cats = _lookup(strings, uniq)
+    cats[cats == None] = ""  # noqa: E711
+    if len(set(cats)) == len(cats):
+        return pd.Categorical.from_codes(inv.astype(np.int32), categories=pd.Index(cats, dtype=object))
+    return cats[inv]
+
+
+KERNEL_SQL = ["start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid", "shortName",
+              "demangledName", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"]
+
+
+def _read_kernels(db: _Db, strings: np.ndarray) -> pd.DataFrame:
+    t = "CUPTI_ACTIVITY_KIND_KERNEL"
+    if not db.has(t, "start", "end"):
+        return _empty(KERNEL_COLUMNS)
+    c = db.cols(t, KERNEL_SQL)
+    dem_ids = np.where(c["demangledName"] >= 0, c["demangledName"], c["shortName"])
+    return pd.DataFrame({
+        "name": _names(strings, c["shortName"]), "demangled": _names(strings, dem_ids),
+        "device_id": c["deviceId"], "context_id": c["contextId"],
+        "stream_id": c["streamId"], "correlation_id": c["correlationId"],
+        "grid_x": c["gridX"], "grid_y": c["gridY"], "grid_z": c["gridZ"],
+        "block_x": c["blockX"], "block_y": c["blockY"], "block_z": c["blockZ"],
+        "start_ns": c["start"], "end_ns": c["end"], "duration_ns": c["end"] - c["start"],
+        "pid": _pid(c["globalPid"]),
+    })
+
+
+def _read_memcpy(db: _Db) -> pd.DataFrame:
+    t = "CUPTI_ACTIVITY_KIND_MEMCPY"
+    if not db.has(t, "start", "end"):
+        return _empty(MEMCPY_COLUMNS).astype({"pageable": bool, "pinned": bool})
+    c = db.cols(t, ["start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid", "bytes",
+                    "copyKind", "srcKind", "dstKind"])
+    kinds = db.enum("ENUM_CUDA_MEMCPY_OPER", _MEMCPY_KIND)
+    memk = db.enum("ENUM_CUDA_MEM_KIND", _MEM_KIND)
+    kind = _map_codes(c["copyKind"], kinds)
+    src = _map_codes(c["srcKind"], memk)
+    dst = _map_codes(c["dstKind"], memk)
+    names = _map_codes(c["copyKind"], {k: f"[CUDA memcpy {v}]" for k, v in kinds.items()})
+    return pd.DataFrame({
+        "name": names, "kind": kind, "bytes": c["bytes"], "src_kind": src, "dst_kind": dst,
+        "pageable": (src == "Pageable") | (dst == "Pageable"), "pinned": (src == "Pinned") | (dst == "Pinned"),
+        "device_id": c["deviceId"], "context_id": c["contextId"], "stream_id": c["streamId"],
+        "correlation_id": c["correlationId"], "start_ns": c["start"], "end_ns": c["end"],
+        "duration_ns": c["end"] - c["start"], "pid": _pid(c["globalPid"]),
+    })
+
+
+def _read_memset(db: _Db) -> pd.DataFrame:
+    t = "CUPTI_ACTIVITY_KIND_MEMSET"
+    if not db.has(t, "start", "end"):
+        return _empty(MEMSET_COLUMNS)
+    c = db.cols(t, ["start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid", "bytes",
+                    "memKind"])
+    memk = db.enum("ENUM_CUDA_MEM_KIND", _MEM_KIND)
+    return pd.DataFrame({
+        "name": np.full(len(c["start"]), "[CUDA memset]", dtype=object), "bytes": c["bytes"],
+        "mem_kind": _map_codes(c["memKind"], memk), "device_id": c["deviceId"], "context_id": c["contextId"],
+        "stream_id": c["streamId"], "correlation_id": c["correlationId"], "start_ns": c["start"],
+        "end_ns": c["end"], "duration_ns": c["end"] - c["start"], "pid": _pid(c["globalPid"]),
+    })
+
+
+_API_SUFFIX = re.compile(r"_v\d+$")
+
+
+def _read_cuda_api(db: _Db, strings: np.ndarray) -> pd.DataFrame:
+    t = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    if not db.has(t, "start", "end", "correlationId"):
+        return _empty(CUDA_API_COLUMNS)
+    c = db.cols(t, ["start", "end", "globalTid", "correlationId", "nameId", "returnValue"])
+    # strip the ABI suffix once per distinct name ("cudaLaunchKernel_v7000" -> "cudaLaunchKernel")
+    uniq, inv = np.unique(c["nameId"], return_inverse=True)
+    names = _lookup(strings, uniq)
+    names = pd.Index([_API_SUFFIX.sub("", n) if n else "" for n in names], dtype=object)
+    cat_names, codes = names.unique(), None
+    codes = cat_names.get_indexer(names)[inv] if len(inv) else np.array([], dtype=np.int64)
+    g = c["globalTid"]
+    return pd.DataFrame({
+        "name": pd.Categorical.from_codes(codes.astype(np.int32), categories=cat_names),
+        "tid": g & _TID_MASK, "pid": (g >> 24) & _TID_MASK,
+        "global_tid": g, "correlation_id": c["correlationId"], "start_ns": c["start"], "end_ns": c["end"],
+        "duration_ns": c["end"] - c["start"], "return_value": c["returnValue"],
+    })
+
+
+def _read_sync(db: _Db) -> pd.DataFrame:
+    t = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+    if not db.has(t, "start", "end"):
+        return _empty(SYNC_COLUMNS)
+    c = db.cols(t, ["start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid", "syncType"])
+    kinds = db.enum("ENUM_CUPTI_SYNC_TYPE", _SYNC_KIND)
+    return pd.DataFrame({
+        "kind": _map_codes(c["syncType"], kinds), "device_id": c["deviceId"], "context_id": c["contextId"],
+        "stream_id": c["streamId"], "correlation_id": c["correlationId"], "start_ns": c["start"],
+        "end_ns": c["end"], "duration_ns": c["end"] - c["start"], "pid": _pid(c["globalPid"]),
+    })
+
+
+def _read_graphs(db: _Db) -> pd.DataFrame:
+    """Whole-graph executions (one row per CUDA graph launch, its nodes not traced one by one)."""
+    if not db.has(GRAPH_TABLE, "start", "end"):
+        return _empty(GRAPH_COLUMNS)
+    c = db.cols(GRAPH_TABLE, ["start", "end", "graphId", "deviceId", "contextId", "streamId", "correlationId",
+                              "globalPid"])
+    uniq, inv = np.unique(c["graphId"], return_inverse=True)
+    names = np.array([f"[CUDA graph {int(g)}]" for g in uniq], dtype=object)[inv] if len(uniq) \
+        else np.empty(0, dtype=object)
+    return pd.DataFrame({
+        "name": names, "graph_id": c["graphId"], "device_id": c["deviceId"], "context_id": c["contextId"],
+        "stream_id": c["streamId"], "correlation_id": c["correlationId"], "start_ns": c["start"], "end_ns": c["end"],
+        "duration_ns": c["end"] - c["start"], "pid": _pid(c["globalPid"]),
+    })
+
+
+_GPU_COLS = {"id": "device_id", "name": "name", "chipName": "chip", "busLocation": "bus",
+             "totalMemory": "memory_bytes", "smCount": "sm_count", "clockRate": "clock_hz",
+             "memoryBandwidth": "memory_bandwidth_bps", "computeMajor": "compute_major",
+             "computeMinor": "compute_minor", "l2CacheSize": "l2_bytes", "uuid": "uuid"}
+
+
+def _read_gpu(db: _Db) -> pd.DataFrame:
+    have = [c for c in _GPU_COLS if c in db.columns("TARGET_INFO_GPU")]
+    if not have:
+        return pd.DataFrame({"device_id": pd.Series(dtype="int64"), "name": pd.Series(dtype=object)})
+    rows = db.scalar_rows(f"SELECT {', '.join(f'[{c}]' for c in have)} FROM TARGET_INFO_GPU")
+    return pd.DataFrame(rows, columns=[_GPU_COLS[c] for c in have])
+
+
+
+def trim_export(src, dst, start_ns: int, end_ns: int) -> Path:
+    """Copy the SQLite export ``src`` to ``dst`` keeping only events that start in
+    ``[start_ns, end_ns)``, to share a small slice of a long run (the full ``.nsys-rep`` stays
+    the record). Every table with a ``start`` column is filtered; strings, threads, devices and
+    metadata are kept whole. Refuses to overwrite an existing ``dst``. Returns ``dst``.
+    """
+    import shutil
+
+    src, dst = Path(src), Path(dst)
+    if not src.is_file():
+        raise ReportError(f"{src}: no such export")
+    if dst.exists():
+        raise ReportError(f"{dst} exists: choose another path or remove it first")
+    if start_ns >= end_ns:
+        raise ValueError(f"empty window: start_ns {start_ns} >= end_ns {end_ns}")
+    with open(src, "rb") as f:
+        if f.read(16) != b"SQLite format 3\x00":
+            raise ReportError(f"{src}: not an SQLite file (export a .nsys-rep with load_report or nsys export first)")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".part")
+    shutil.copyfile(src, tmp)
+    con = sqlite3.connect(tmp)
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        if "StringIds" not in tables:
+            raise sqlite3.DatabaseError("no StringIds table")
+        # domain create/destroy rows name the domains of every range: keep them wherever they lie
+        keep_types = [r[0] for r in con.execute("SELECT id FROM ENUM_NSYS_EVENT_TYPE WHERE name IN "
+                                                "('NvtxDomainCreate', 'NvtxDomainDestroy')")] \
+            if "ENUM_NSYS_EVENT_TYPE" in tables else []
+        for t in tables:
+            cols = {r[1] for r in con.execute(f'PRAGMA table_info("{t}")')}
+            if "start" not in cols:
+                continue
+            keep = (f" AND eventType NOT IN ({', '.join(str(int(k)) for k in keep_types)})"
+                    if keep_types and "eventType" in cols else "")
+            con.execute(f'DELETE FROM "{t}" WHERE (start < ? OR start >= ?){keep}', (int(start_ns), int(end_ns)))
+        con.commit()
+        con.execute("VACUUM")
+    except sqlite3.DatabaseError as e:
+        con.close()
+        tmp.unlink(missing_ok=True)
+        raise ReportError(f"{src}: cannot trim ({e}); is it a complete nsys SQLite export?") from None
+    con.close()
+    tmp.replace(dst)
+    return dst
+
+

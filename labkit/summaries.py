@@ -1,0 +1,253 @@
+"""Summaries that mirror ``nsys stats`` row for row, as functions of a :class:`labkit.report.Report`.
+
+``nvtx_summary`` (``nvtxsum``/``nvtx_sum``), ``kernel_summary`` (``gpukernsum``/``cuda_gpu_kern_sum``),
+``memcpy_summary`` (``gpumemtimesum``/``cuda_gpu_mem_time_sum``), ``gpu_projection``
+(``nvtxgpuproj``/``nvtx_gpu_proj_trace``) and ``gpu_projection_summary`` (``nvtx_gpu_proj_sum``);
+the tests compare them with nsys's own output for the same files.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from labkit.reader import PROJECTION_COLUMNS, SUMMARY_COLUMNS, _empty, _lookup, parse_ints
+from labkit.reader_nvtx import range_durations
+
+__all__ = ["nvtx_summary", "kernel_summary", "memcpy_summary", "gpu_projection", "gpu_projection_summary"]
+
+
+def _summarize(df: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
+    """nsys-style statistics of ``value`` per ``keys``: sum/count/mean/median/min/max/sample stdev."""
+    if len(df) == 0:
+        out = _empty(keys + SUMMARY_COLUMNS[1:])
+        return out.astype({c: "float64" for c in ("avg_ns", "med_ns", "stddev_ns", "time_pct")})
+    g = df.groupby(keys, sort=False, dropna=False, observed=True)[value]
+    out = g.agg(instances="count", total_ns="sum", avg_ns="mean", med_ns="median", min_ns="min",
+                max_ns="max", stddev_ns="std").reset_index()
+    out["stddev_ns"] = out["stddev_ns"].fillna(0.0)  # nsys prints 0 for a single instance
+    total = out["total_ns"].sum()
+    out["time_pct"] = out["total_ns"] * 100.0 / total if total else 0.0
+    for c in ("instances", "total_ns", "min_ns", "max_ns"):
+        out[c] = out[c].astype("int64")
+    return out.sort_values("total_ns", ascending=False, kind="stable", ignore_index=True)
+
+
+def nvtx_summary(rep) -> pd.DataFrame:
+    """As ``nsys stats -r nvtx_sum`` (2022.4: ``nvtxsum``): one row per (domain, range, style).
+
+    Returns: ``name`` (message, without the domain), ``domain`` ('' for the default one),
+    ``style`` (PushPop/StartEnd), instances, total/avg/med/min/max/stddev in ns, time_pct;
+    sorted by total time, descending.
+    """
+    if "nvtx" not in rep._frames and rep._db is not None:
+        df = range_durations(rep._db, rep._strings)  # one grouped query: no nesting, no payloads
+    else:
+        r = rep.nvtx[rep.nvtx["kind"] != "mark"]
+        style = np.where(r["kind"].to_numpy() == "start_end", "StartEnd", "PushPop")
+        df = pd.DataFrame({"name": r["name"].to_numpy(), "domain": r["domain"].to_numpy(), "style": style,
+                           "duration_ns": r["duration_ns"].to_numpy()})
+    out = _summarize(df, ["domain", "name", "style"], "duration_ns")
+    return out[["name", "domain", "style"] + SUMMARY_COLUMNS[1:]]
+
+
+def kernel_summary(rep, *, names: str = "demangled", by_launch: bool = False) -> pd.DataFrame:
+    """As ``cuda_gpu_kern_sum`` (one row per kernel name), demangled names by default. Whole CUDA
+    graphs (a report traced with --cuda-graph-trace=graph) count as kernels named "[CUDA graph N]".
+
+    Args:
+        names: "demangled" or "short" (nsys's ``:base``).
+        by_launch: also split by grid and block size, as 2022.4's ``gpukernsum`` does
+            (adds ``grid`` and ``block`` columns, "X Y Z").
+    Returns: name, instances, total/avg/med/min/max/stddev ns, time_pct (+ grid, block).
+    """
+    t = "CUPTI_ACTIVITY_KIND_KERNEL"
+    graphs = rep.graphs
+    if (not by_launch and not len(graphs) and "kernels" not in rep._frames and rep._db is not None
+            and rep._db.has(t, "start")):
+        out = _kernel_summary_sql(rep, t, names)
+        if out is not None:
+            return out
+    k = rep.kernels
+    col = "demangled" if names == "demangled" else "name"
+    df = pd.DataFrame({"name": np.asarray(k[col], dtype=object), "duration_ns": k["duration_ns"].to_numpy()})
+    keys = ["name"]
+    if by_launch:
+        df["grid"] = k["grid_x"].astype(str) + " " + k["grid_y"].astype(str) + " " + k["grid_z"].astype(str)
+        df["block"] = k["block_x"].astype(str) + " " + k["block_y"].astype(str) + " " + k["block_z"].astype(str)
+        keys = ["name", "grid", "block"]
+    if len(graphs):  # graph-level trace: a graph's kernels are one row, "[CUDA graph N]", not absent
+        df = pd.concat([df, graphs[["name", "duration_ns"]].assign(**{c: "" for c in keys[1:]})],
+                       ignore_index=True)
+    out = _summarize(df, keys, "duration_ns")
+    return out[keys + SUMMARY_COLUMNS[1:]]
+
+
+_DUR_BITS = 40  # a kernel shorter than 2**40 ns (18 minutes): name id and duration share one integer
+
+
+def _kernel_summary_sql(rep, t: str, names: str) -> pd.DataFrame | None:
+    """kernel_summary from one column read: SQLite packs (name id, duration) into one integer per
+    kernel, numpy sorts them, and groups, medians and deviations come from the sorted run, as nsys
+    groups by name id. None when the packing does not fit (then the frame path is used)."""
+    db = rep._db
+    if names == "short":
+        key = "[shortName]"
+    elif "demangledName" in db.notnull(t):
+        key = "[demangledName]"
+    else:
+        key = "coalesce([demangledName], [shortName])"
+    if db.count(t) > 20_000_000:  # group_concat's text is capped at 1 GB
+        return None
+    # no ORDER BY: the order does not matter once sorted, and SQLite's sort would cost more than numpy's
+    if len(rep._strings) >= 2**(62 - _DUR_BITS):
+        return None
+    joined, n, want = db.scalar_rows(
+        f"SELECT group_concat(({key} << {_DUR_BITS}) | ([end] - [start])), count(*), sum([end] - [start]) "
+        f"FROM [{t}]")[0]
+    if n == 0:
+        return _summarize(pd.DataFrame({"name": [], "duration_ns": []}), ["name"], "duration_ns")
+    try:
+        packed = np.sort(parse_ints(joined or ""))
+    except ValueError:  # not integers: the frame path reads the table and says what is wrong
+        return None
+    ids, dur = packed >> _DUR_BITS, packed & (2**_DUR_BITS - 1)
+    # a negative duration or a NULL id makes a packed value negative, a duration of 2**40 ns or more
+    # loses bits (so the decoded total falls short): either way the frame path takes over
+    if len(packed) != n or packed[0] < 0 or int(dur.sum()) != want:
+        return None
+    first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    count = np.diff(np.r_[first, len(ids)])
+    total = np.add.reduceat(dur, first)
+    mean = total / count
+    dev = dur - np.repeat(mean, count)
+    std = np.sqrt(np.add.reduceat(dev * dev, first) / np.maximum(count - 1, 1))
+    med = (dur[first + (count - 1) // 2] + dur[first + count // 2]) / 2
+    out = pd.DataFrame({"name": _lookup(rep._strings, ids[first]), "instances": count.astype(np.int64),
+                        "total_ns": total.astype(np.int64), "avg_ns": mean, "med_ns": med,
+                        "min_ns": dur[first], "max_ns": dur[first + count - 1],
+                        "stddev_ns": np.where(count > 1, std, 0.0)})
+    out["time_pct"] = out["total_ns"] * 100.0 / total.sum()
+    return out.sort_values("total_ns", ascending=False, kind="stable", ignore_index=True)[SUMMARY_COLUMNS]
+
+
+def memcpy_summary(rep) -> pd.DataFrame:
+    """As ``cuda_gpu_mem_time_sum``: one row per copy kind (``[CUDA memcpy Host-to-Device]``)
+    plus ``[CUDA memset]``; columns as :data:`SUMMARY_COLUMNS`, sorted by total time."""
+    df = pd.concat([rep.memcpy[["name", "duration_ns"]], rep.memset[["name", "duration_ns"]]],
+                   ignore_index=True)
+    return _summarize(df, ["name"], "duration_ns")[SUMMARY_COLUMNS]
+
+
+def gpu_projection(rep) -> pd.DataFrame:
+    """GPU work of each NVTX range instance, as ``nvtx_gpu_proj_trace`` (2022.4 ``nvtxgpuproj``).
+
+    A GPU operation (kernel, memcpy, memset) belongs to a range when the CUDA API call that
+    launched it lies inside the range on the same thread; ranges that end on another thread
+    are left out, as nsys does. Only ranges with at least one GPU operation are returned.
+
+    Returns: name, domain, style, start_ns/end_ns/duration_ns (the CPU range),
+    proj_start_ns/proj_end_ns/proj_duration_ns (first op start to last op end), num_gpu_ops
+    (distinct launching calls), tid, pid, depth, parent and nvtx_index (rows of ``nvtx``);
+    sorted by projected start.
+    """
+    return _project(rep)
+
+
+def gpu_projection_summary(rep) -> pd.DataFrame:
+    """Per range name: statistics of projected GPU durations (as ``nvtx_gpu_proj_sum``).
+
+    Returns: name, domain, style, instances, total/avg/med/min/max/stddev ns (projected),
+    time_pct, range_total_ns (CPU time of the same instances), gpu_ops.
+    """
+    p = gpu_projection(rep)
+    out = _summarize(p.rename(columns={"proj_duration_ns": "d"}), ["domain", "name", "style"], "d")
+    extra = p.groupby(["domain", "name", "style"], sort=False).agg(
+        range_total_ns=("duration_ns", "sum"), gpu_ops=("num_gpu_ops", "sum"))
+    out = out.merge(extra.reset_index(), on=["domain", "name", "style"], how="left")
+    for c in ("range_total_ns", "gpu_ops"):
+        out[c] = out[c].fillna(0).astype("int64")
+    return out[["name", "domain", "style"] + SUMMARY_COLUMNS[1:] + ["range_total_ns", "gpu_ops"]]
+
+
+# ----------------------------------------------------------------------------- projection
+def _launches(rep) -> dict[str, np.ndarray]:
+    """One entry per CUDA API call that launched GPU work: global_tid, call start/end, first op
+    start, last op end (ops joined to calls by process and correlation id), sorted by
+    (global_tid, call start). Pure numpy: sort + reduceat + searchsorted."""
+    ops = rep.gpu_arrays()
+    api = rep.api_arrays()
+    empty = {c: np.empty(0, dtype=np.int64) for c in ("global_tid", "call_start", "call_end", "op_start", "op_end")}
+    if len(ops["start_ns"]) == 0 or len(api["start_ns"]) == 0:
+        return empty
+    okey = (ops["pid"] << 32) | (ops["correlation_id"] & 0xFFFFFFFF)
+    o = np.argsort(okey, kind="stable")
+    ok = okey[o]
+    first = np.flatnonzero(np.r_[True, ok[1:] != ok[:-1]])
+    keys = ok[first]
+    op_s = np.minimum.reduceat(ops["start_ns"][o], first)
+    op_e = np.maximum.reduceat(ops["end_ns"][o], first)
+    akey = (api["pid"] << 32) | (api["correlation_id"] & 0xFFFFFFFF)
+    order = np.argsort(akey, kind="stable")
+    sk = akey[order]
+    pos = np.minimum(np.searchsorted(sk, keys), len(sk) - 1)
+    found = sk[pos] == keys
+    rows = order[pos[found]]
+    g = api["global_tid"][rows]
+    cs = api["start_ns"][rows]
+    srt = np.lexsort((cs, g))
+    return {"global_tid": g[srt], "call_start": cs[srt], "call_end": api["end_ns"][rows][srt],
+            "op_start": op_s[found][srt], "op_end": op_e[found][srt]}
+
+
+def _project(rep) -> pd.DataFrame:
+    """The projection itself: see :func:`gpu_projection`."""
+    nv = rep.nvtx
+    calls = _launches(rep)
+    sel = (nv["kind"] != "mark").to_numpy().copy()
+    if "end_global_tid" in nv:
+        egt = nv["end_global_tid"].to_numpy()
+        sel &= (egt < 0) | (egt == nv["global_tid"].to_numpy())
+    ridx = np.flatnonzero(sel)
+    if len(calls["global_tid"]) == 0 or len(ridx) == 0:
+        return _empty(PROJECTION_COLUMNS)
+    r_g = nv["global_tid"].to_numpy()[ridx]
+    r_s = nv["start_ns"].to_numpy()[ridx]
+    r_e = nv["end_ns"].to_numpy()[ridx]
+    c_g, c_s, c_e = calls["global_tid"], calls["call_start"], calls["call_end"]
+    lo = np.zeros(len(ridx), dtype=np.int64)
+    hi = np.zeros(len(ridx), dtype=np.int64)
+    # calls of a thread are sequential: those inside [start, end] are one contiguous slice
+    bounds = np.searchsorted(c_g, np.unique(c_g))
+    bounds = np.append(bounds, len(c_g))
+    for i, g in enumerate(np.unique(c_g)):
+        a, b = bounds[i], bounds[i + 1]
+        mine = np.flatnonzero(r_g == g)
+        if len(mine) == 0:
+            continue
+        ends = np.maximum.accumulate(c_e[a:b])
+        lo[mine] = a + np.searchsorted(c_s[a:b], r_s[mine], side="left")
+        hi[mine] = a + np.searchsorted(ends, r_e[mine], side="right")
+    n_ops = np.maximum(hi - lo, 0)
+    keep = n_ops > 0
+    lo, hi, n_ops, ridx = lo[keep], hi[keep], n_ops[keep], ridx[keep]
+    if len(ridx) == 0:
+        return _empty(PROJECTION_COLUMNS)
+    op_s = np.append(calls["op_start"], 0)
+    op_e = np.append(calls["op_end"], 0)
+    idx = np.empty(2 * len(lo), dtype=np.int64)
+    idx[0::2], idx[1::2] = lo, hi
+    p_s = np.minimum.reduceat(op_s, idx)[0::2]
+    p_e = np.maximum.reduceat(op_e, idx)[0::2]
+    sub = nv.iloc[ridx]
+    out = pd.DataFrame({
+        "name": sub["name"].to_numpy(), "domain": sub["domain"].to_numpy(),
+        "style": np.where(sub["kind"].to_numpy() == "start_end", "StartEnd", "PushPop").astype(object),
+        "start_ns": sub["start_ns"].to_numpy(), "end_ns": sub["end_ns"].to_numpy(),
+        "duration_ns": sub["duration_ns"].to_numpy(),
+        "proj_start_ns": p_s, "proj_end_ns": p_e, "proj_duration_ns": p_e - p_s, "num_gpu_ops": n_ops,
+        "tid": sub["tid"].to_numpy(), "pid": sub["pid"].to_numpy(), "depth": sub["depth"].to_numpy(),
+        "parent": sub["parent"].to_numpy(), "nvtx_index": ridx,
+    })
+    out = out.sort_values(["proj_start_ns", "proj_duration_ns"], ascending=[True, False], kind="stable",
+                          ignore_index=True)
+    return out[PROJECTION_COLUMNS]

@@ -1,0 +1,156 @@
+"""The project's architecture, read from the source with ``ast`` (imports inside functions included).
+
+labkit never imports source_code; the application imports from labkit only ``labkit.annotate``;
+no import cycle among labkit's modules nor among source_code's; no .py file over 500 lines in
+labkit/, source_code/, notebooks/ or any top-level package. Parts that other branches are still
+fixing xfail with the offending files named, computed from the tree, so they turn green on their
+own once those branches merge.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 500
+PENDING = {"source_code", "notebooks"}  # being split on other branches: xfail until they merge
+PENDING_FILES = {"labkit/bench.py"}  # labkit modules another branch is splitting
+
+
+def _modules(package: str) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py under ``package``."""
+    out = {}
+    for f in sorted((ROOT / package).rglob("*.py")):
+        parts = list(f.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = f
+    return out
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Modules (of ``known``, else the raw dotted name) that ``path`` imports anywhere in its body."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_pkg = path.name == "__init__.py"
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".") if is_pkg else name.split(".")[:-1]
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                found.add(sub if sub in known else base)
+    out = set()
+    for mod in found:
+        # "labkit.report.x" -> the longest known module prefix
+        parts = mod.split(".")
+        for i in range(len(parts), 0, -1):
+            if ".".join(parts[:i]) in known:
+                out.add(".".join(parts[:i]))
+                break
+        else:
+            out.add(mod)
+    out.discard(name)
+    return out
+
+
+def _graph(package: str) -> dict[str, set[str]]:
+    mods = _modules(package)
+    known = set(mods) | set(_modules("labkit")) | set(_modules("source_code"))
+    return {m: _imports(m, f, known) for m, f in mods.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _top_level_packages() -> list[str]:
+    return sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file() and not p.name.startswith("."))
+
+
+def test_the_parser_sees_imports_inside_functions():
+    """The checks below would pass vacuously if function-level imports were missed."""
+    g = _graph("labkit")
+    assert "labkit.env" in g["labkit.nsys"]  # `from labkit.env import find_nsys` inside a function
+    assert {"labkit.reader", "labkit.reader_nvtx", "labkit.nsys"} <= g["labkit.report"]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_labkit_never_imports_source_code():
+    bad = {m: sorted(i for i in deps if i.split(".")[0] == "source_code") for m, deps in _graph("labkit").items()}
+    assert not {m: d for m, d in bad.items() if d}
+
+
+def test_application_imports_only_labkit_annotate():
+    bad = {m: sorted(i for i in deps if i.split(".")[0] == "labkit" and i != "labkit.annotate")
+           for m, deps in _graph("source_code").items()}
+    assert not {m: d for m, d in bad.items() if d}
+
+
+def test_no_import_cycle_in_labkit():
+    assert _cycles(_graph("labkit")) == []
+
+
+def test_no_import_cycle_in_source_code():
+    cycles = _cycles(_graph("source_code"))
+    if cycles:
+        pytest.xfail(f"import cycle(s) {cycles}: waits for the source_code branch to merge")
+
+
+def _too_long(folders) -> dict[str, int]:
+    out = {}
+    for folder in folders:
+        for f in sorted((ROOT / folder).rglob("*.py")):
+            n = len(f.read_text().splitlines())
+            if n > MAX_LINES:
+                out[str(f.relative_to(ROOT))] = n
+    return out
+
+
+def test_no_file_over_500_lines_in_labkit_and_new_packages():
+    folders = [p for p in _top_level_packages() if p not in PENDING]
+    assert "labkit" in folders
+    assert {f: n for f, n in _too_long(folders).items() if f not in PENDING_FILES} == {}
+
+
+def test_no_file_over_500_lines_in_source_code_notebooks_and_bench():
+    long = _too_long(sorted(PENDING))
+    long.update({f: n for f, n in _too_long(["labkit"]).items() if f in PENDING_FILES})
+    if long:
+        pytest.xfail(f"over {MAX_LINES} lines: {long}: waits for the branches splitting them to merge")
