@@ -67,7 +67,8 @@ class GpuWork:
         self.stream = stream if device.type == "cuda" else None
         self.host_wait = host_wait
         self.last = None  # end event of the last batch's work; None on CPU
-        self._times: list = []  # (batch index, start event, end event)
+        self._pending: list = []  # (batch index, start event, end event) not read yet
+        self._ms: list = []  # (batch index, GPU ms)
 
     @contextlib.contextmanager
     def timed(self, b: Batch, *, wait=None):
@@ -84,21 +85,30 @@ class GpuWork:
             start.record(self.stream)
             yield
             end.record(self.stream)
-        self._times.append((b.index, start, end))
+        self._pending.append((b.index, start, end))
         self.last = end
         if self.host_wait:
             end.synchronize()
+        self._read(block=False)
+
+    def _read(self, *, block: bool) -> None:
+        """Turn finished event pairs into ms (``query`` does not block), so that only the
+        batches still in flight hold events; ``block`` waits for them all (end of run)."""
+        done = 0
+        for index, start, end in self._pending:
+            if not block and not end.query():
+                break
+            end.synchronize()
+            self._ms.append((index, start.elapsed_time(end)))
+            done += 1
+        del self._pending[:done]
 
     def total_ms(self, *, skip_batches: int = 0) -> float | None:
         """GPU time of the stage's work, ms, summed over batches from ``skip_batches`` on; None on CPU."""
         if self.stream is None:
             return None
-        total = 0.0
-        for index, start, end in self._times:
-            if index >= skip_batches:
-                end.synchronize()
-                total += start.elapsed_time(end)
-        return total
+        self._read(block=True)
+        return sum(ms for index, ms in self._ms if index >= skip_batches)
 
 
 class Preprocess:
