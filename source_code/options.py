@@ -96,8 +96,8 @@ OPTIONS: tuple[Option, ...] = (
            "ceiling for frames/s)", default=False, kind="switch"),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
-TF32 = {None: None, "on": True, "off": False}
-"""``--tf32`` as ``make_backend(tf32=...)`` takes it (None: PyTorch's defaults)."""
+TF32 = {None: None, "on": True, "off": False, True: True, False: False}
+"""``--tf32`` (or a bool given through the API) as ``make_backend(tf32=...)`` takes it (None: PyTorch's defaults)."""
 
 # fields without a default (``inputs``) must come first
 PipelineConfig = dataclasses.make_dataclass(

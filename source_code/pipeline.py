@@ -215,7 +215,8 @@ def _document(cfg: Any, sink: StatsSink, sources: list[VideoSource], status: str
                             f"(damaged or truncated file){': ' + s.error if s.error else ''}; frames so far kept")
     figures = sink.figures()
     for name, ms in stage_cuda_ms(stages, skip_batches=sink.warmup_batches).items():  # GPU time beside host time
-        figures["stage_detail"].setdefault(name, {})["cuda_ms"] = round(ms, 4)
+        if name in figures["stage_detail"]:
+            figures["stage_detail"][name]["cuda_ms"] = round(ms, 4)
     if figures["seconds"] is None:
         warnings.append("every batch was warm-up: no timing (lower --warmup)")
     n0 = sources[0].count
