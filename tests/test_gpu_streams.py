@@ -40,9 +40,10 @@ def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "backend_cache"))
 
 
-def short_run(clip, *, device="cpu", queues=False, spy=None, before=None, **flags):
+def short_run(clip, *, device="cpu", queues=False, spy=None, before=None, wrap=None, **flags):
     """Run the pipeline's stages over the clip (batch 2 unless given); returns (finished batches, stages).
-    ``spy(b)`` runs as an extra stage between preprocess and infer; ``before(stages)`` before the run."""
+    ``spy(b)`` runs as an extra stage between preprocess and infer; ``before(stages)`` before the
+    run; the runner calls ``wrap(name, stage)`` instead of each stage when given."""
     cfg = PipelineConfig(inputs=(str(clip),), device=device, queues=queues, input_hw=HW,
                          **{"batch_size": 2, **flags})
     dev = checks.resolve_device(device)
@@ -54,12 +55,13 @@ def short_run(clip, *, device="cpu", queues=False, spy=None, before=None, **flag
         before(stages)
     src = VideoSource(str(clip), index=0, max_frames=N)
     muxer = Muxer([src], batch_size=cfg.batch_size, interval=cfg.interval, threaded=queues, queue_size=2)
+    called = [(name, wrap(name, fn)) for name, fn in stages] if wrap is not None else stages
     done: list = []
     try:
         if queues:
-            runner.run_queued(muxer, stages, done.append, queue_size=2, device=dev)
+            runner.run_queued(muxer, called, done.append, queue_size=2, device=dev)
         else:
-            runner.run_sync(muxer, stages, done.append, device=dev)
+            runner.run_sync(muxer, called, done.append, device=dev)
     finally:
         muxer.close()
         src.close()
@@ -72,26 +74,18 @@ def short_run(clip, *, device="cpu", queues=False, spy=None, before=None, **flag
 @pytest.mark.parametrize("queues", [False, True], ids=["sync", "queued"])
 def test_runner_calls_the_stages_in_order_and_the_batch_carries_the_events(clip, queues):
     calls: list = []
-    cfg = PipelineConfig(inputs=(str(clip),), queues=queues, batch_size=2)
-    _, backend = pipeline._detector(cfg, torch.device("cpu"), HW, 1)
-    stages = pipeline._stages(cfg, torch.device("cpu"), HW, backend,
-                              Display(osd=False, output=None, fps=10, class_names=CLASS_NAMES), 1)
-    recorded = [(name, (lambda n, f: lambda b: (calls.append((b.index, n, b.ready, b.done)), f(b))[1])(name, fn))
-                for name, fn in stages]
-    src = VideoSource(str(clip), index=0, max_frames=N)
-    muxer = Muxer([src], batch_size=2, interval=1, threaded=queues, queue_size=2)
-    done: list = []
-    (runner.run_queued(muxer, recorded, done.append, queue_size=2) if queues
-     else runner.run_sync(muxer, recorded, done.append))
-    muxer.close()
-    src.close()
+
+    def wrap(name, fn):
+        return lambda b: (calls.append((b.index, name, b.ready, b.done)), fn(b))[1]
+
+    done, stages = short_run(clip, queues=queues, wrap=wrap)
     assert [b.index for b in done] == list(range(N // 2))
     for i in range(N // 2):
         assert [n for j, n, _, _ in calls if j == i] == list(STAGES[1:])
     # on CPU there are no streams: no event is made, carried or waited on
     assert all(r is None and d is None for _, _, r, d in calls)
     assert all(b.ready is None and b.done is None for b in done)
-    assert all(getattr(fn, "work", None) is None or fn.work.stream is None for _, fn in stages)
+    assert all(fn.work.stream is None for _, fn in stages if hasattr(fn, "work"))
     assert stage_cuda_ms(stages) == {}
     assert all(len(b.dets) == 2 and b.tracks for b in done)  # the stages did their work
 
