@@ -24,18 +24,21 @@ def call_stage(name: str, fn: Callable[[Batch], Batch], b: Batch) -> Batch:
         return fn(b)
 
 
-def use_device(device) -> None:
-    """Make ``device`` (``cuda``, ``cuda:N``) this thread's current CUDA device; nothing for CPU or None.
+def use_device(device):
+    """Make ``device`` (``cuda``, ``cuda:N``) this thread's current CUDA device and return it with
+    its index (a bare ``cuda`` is this thread's current device); CPU or None: nothing, returned as is.
 
     A new thread starts on cuda:0, so with ``cuda:N`` every stage thread must say so first:
     work that a stage or a library launches on "the current device" would otherwise land on 0."""
     if device is None or device.type != "cuda":
-        return
+        return device
     import torch
 
     from source_code.backends.base import parse_device
 
-    torch.cuda.set_device(parse_device(device))
+    device = parse_device(device)
+    torch.cuda.set_device(device)
+    return device
 
 
 def run_sync(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None], *, device=None) -> None:
@@ -58,6 +61,7 @@ def run_sync(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None], *, dev
 def run_queued(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None], *,
                queue_size: int, device=None) -> None:
     """Run each stage in its own thread, connected by bounded queues; re-raise the first error."""
+    device = use_device(device)  # resolved here: a bare "cuda" means this thread's device, not 0
     errors: list[BaseException] = []
     stop = threading.Event()
     qs = [queue.Queue(maxsize=queue_size) for _ in range(len(stages) + 1)]

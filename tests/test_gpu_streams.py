@@ -214,5 +214,10 @@ def test_stage_threads_run_on_the_runs_device(clip):
 
 
 def test_use_device_leaves_cpu_runs_alone():
-    runner.use_device(None)
-    runner.use_device(torch.device("cpu"))  # no CUDA call: this machine may have no GPU
+    assert runner.use_device(None) is None
+    assert runner.use_device(torch.device("cpu")) == torch.device("cpu")  # no CUDA call: there may be no GPU
+
+
+@pytest.mark.gpu
+def test_use_device_resolves_a_bare_cuda_in_the_calling_thread():
+    assert runner.use_device(torch.device("cuda")) == torch.device("cuda", torch.cuda.current_device())
