@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `python -m labkit summary R | head`: the reader left, nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line (what was kept), no traceback, the shell's 130
+        print(f"labkit: {exc.args[0] if exc.args else 'interrupted'}", file=sys.stderr)
+        return 130
 
 
 def cli_summary(argv: list[str]) -> int:
