@@ -392,7 +392,8 @@ def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, 
         if out.returncode != 0 or not tmp.exists() or not export_is_complete(tmp):
             theirs, ours = report_version(rep_path), nsys_version(exe)
             if theirs and ours and _major_minor(theirs) > _major_minor(ours):
-                raise NsysError(f"{rep_path} was written by nsys {theirs}; the installed {ours} cannot read it: "
+                mm = ".".join(map(str, _major_minor(theirs))), ".".join(map(str, _major_minor(ours)))
+                raise NsysError(f"{rep_path} was written by nsys {mm[0]}; the installed {mm[1]} cannot read it: "
                                 f"export it with a newer nsys, or pass the .sqlite")
             check_writable(db.parent, need_bytes=need, what="export the report into")  # a disk filled meanwhile
             raise NsysError(f"nsys export of {rep_path} failed (status {out.returncode}); its output:\n"
