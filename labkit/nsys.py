@@ -183,15 +183,12 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
             proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=run_env,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
-            rep.unlink(missing_ok=True)
             raise NsysNotFoundError(f"cannot run {exe} ({exc}): install nsys with scripts/install-nsys "
                                     f"or set LABKIT_NSYS") from None
         interrupted = _wait_with_progress(proc, f"nsys profile {name}", progress)
         output = log.read_text(errors="replace")
         _remove_stream_files(output, outdir)
         written = rep.exists() and rep.stat().st_size > 0
-        if not written:
-            rep.unlink(missing_ok=True)  # our reservation, never filled
     if interrupted:
         kept = f"the report nsys finished is kept: {rep}" if written else "nsys wrote no report"
         raise KeyboardInterrupt(f"interrupted: nsys stopped the program; {kept} (its output: {log})")
@@ -256,7 +253,11 @@ def _reserve(rep: Path, db: Path, log: Path, overwrite: bool):
         raise
     os.ftruncate(fd, 0)
     with os.fdopen(fd, "w") as logf:  # closing it releases the lock
-        yield logf
+        try:
+            yield logf
+        finally:
+            if rep.exists() and rep.stat().st_size == 0:
+                rep.unlink()  # the reservation, never filled: whatever stopped the run
 
 
 def _remove_stream_files(output: str, outdir: Path) -> None:
