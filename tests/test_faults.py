@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -146,8 +148,9 @@ def mount(tmp_path):
         return point
 
     yield make
-    for point in points:
-        subprocess.run(["umount", str(point)], check=False)
+    for point in points:  # lazily if something still holds it: no mount outlives the test
+        if subprocess.run(["umount", str(point)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(point)], check=True)
 
 
 def _fill(folder: Path) -> None:
@@ -238,3 +241,25 @@ def test_summary_fits_the_terminal_unless_wide_and_prints_integers_as_integers()
         assert not any("e+" in v or "e-" in v for v in row.values())
         for col in ("instances", "total_ns", "min_ns", "max_ns"):
             assert re.fullmatch(r"\d+", row[col]), (col, row[col])
+
+
+def test_summary_into_a_closed_pipe_ends_quietly():
+    """``python -m labkit summary R | head -1``: the reader leaves early; no traceback, status 0."""
+    proc = subprocess.Popen([sys.executable, "-m", "labkit", "summary", str(FIX / "pipeline.nsys2025.3.sqlite"),
+                             "--what", "kernels", "--wide"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            bufsize=0)
+    assert proc.stdout.read(10)
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 0 and proc.stderr.read() == b""
+
+
+def test_the_cuda_api_only_note_names_the_nsys_that_wrote_the_report(tmp_path):
+    """A 2025.3 export with its GPU activity removed (what an nsys too old for the driver records)."""
+    db = tmp_path / "api_only.sqlite"
+    shutil.copyfile(FIX / "pipeline.nsys2025.3.sqlite", db)
+    with sqlite3.connect(db) as con:
+        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+            con.execute(f"DELETE FROM {table}")
+    rep = labkit.load_report(db)
+    assert rep.notes == ["api_only.sqlite: no GPU activity recorded (CUDA API only): the nsys that recorded it "
+                         "(2025.3.2.0) may be too old for the GPU driver; profile with a newer nsys"]
