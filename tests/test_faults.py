@@ -263,3 +263,23 @@ def test_the_cuda_api_only_note_names_the_nsys_that_wrote_the_report(tmp_path):
     rep = labkit.load_report(db)
     assert rep.notes == ["api_only.sqlite: no GPU activity recorded (CUDA API only): the nsys that recorded it "
                          "(2025.3.2.0) may be too old for the GPU driver; profile with a newer nsys"]
+
+
+@pytest.mark.nsys
+def test_ctrl_c_during_the_export_keeps_the_report_and_no_partial_export(tmp_path):
+    out = tmp_path / "p"
+    marks = "import nvtx\nfor i in range(200000): nvtx.mark('m')"  # a report whose export takes a while
+    proc = subprocess.Popen([sys.executable, "-m", "labkit", "profile", "--name", "big", "--outdir", str(out),
+                             "--trace", "nvtx", "--summary", "none", "--", sys.executable, "-c", marks],
+                            stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while not list(out.glob(".big.*.partial.sqlite")):  # nsys export is writing
+        assert proc.poll() is None and time.monotonic() - t0 < 180, "the export was never seen running"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err.splitlines() == [
+        f"labkit: interrupted while exporting; the report is kept: {out / 'big.nsys-rep'} (labkit.load_report "
+        f"exports it again)"]
+    assert sorted(p.name for p in out.iterdir()) == ["big.log", "big.nsys-rep"]
+    assert len(labkit.load_report(out / "big.nsys-rep").nvtx) == 200000
