@@ -189,9 +189,12 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
         output = log.read_text(errors="replace")
         _remove_stream_files(output, outdir)
         written = rep.exists() and rep.stat().st_size > 0
-    if interrupted:
+    if interrupted == 1:
         kept = f"the report nsys finished is kept: {rep}" if written else "nsys wrote no report"
         raise KeyboardInterrupt(f"interrupted: nsys stopped the program; {kept} (its output: {log})")
+    if interrupted:
+        kept = f"{rep} may be incomplete" if written else "no report was kept"
+        raise KeyboardInterrupt(f"interrupted again: nsys was stopped before it finished; {kept} (its output: {log})")
     if proc.returncode != 0:
         if written:  # nsys passes the program's exit status through and still writes the report
             raise ProgramFailedError(f"the profiled program exited with status {proc.returncode} (report kept: "
@@ -287,14 +290,15 @@ def _progress_bar(label: str, progress: bool):
         return None
 
 
-def _wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> bool:
-    """Wait for nsys. Returns True when interrupted: Ctrl-C (or a Jupyter interrupt) hands nsys one
-    SIGINT, on which it stops the program and writes the report; a second Ctrl-C stops waiting
-    for the report. Every process nsys started is ended before this returns."""
+def _wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> int:
+    """Wait for nsys; returns how many times it was interrupted (0, 1, 2). Ctrl-C (or a Jupyter
+    interrupt) hands nsys one SIGINT, on which it stops the program and writes the report; a
+    second Ctrl-C kills nsys, its agent and the program, and deletes the agent's .qdstrm. Every
+    process nsys started is ended before this returns."""
     import psutil
 
     bar = _progress_bar(label, progress)
-    interrupted, children = False, []
+    interrupted, doomed, streams = 0, [], []
     try:
         while proc.poll() is None:
             try:
@@ -303,26 +307,53 @@ def _wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> b
                 if bar is not None:
                     bar.refresh()
             except KeyboardInterrupt:
-                if interrupted:  # the second Ctrl-C: give up the report
-                    proc.kill()
+                interrupted += 1
+                doomed += _session(proc)
+                if interrupted == 1:
+                    proc.send_signal(signal.SIGINT)
                     continue
-                interrupted = True
-                with contextlib.suppress(psutil.Error):
-                    children = psutil.Process(proc.pid).children(recursive=True)
-                proc.send_signal(signal.SIGINT)
+                for p in doomed:  # the second Ctrl-C: give up the report
+                    with contextlib.suppress(psutil.Error):
+                        streams += [f.path for f in p.open_files() if f.path.endswith(".qdstrm")]
+                proc.kill()
     finally:
         if bar is not None:
             bar.close()
     # the program runs in its own session under nsys: make sure nothing outlives an interrupted run
-    alive = [c for c in children if c.is_running()]
-    for c in alive:
+    if interrupted == 1:
+        doomed = [p for p in doomed if "--start-agent" not in _cmdline(p)]  # it ends once the report is written
+    alive = [p for p in doomed if p.is_running()]
+    for p in alive:
         with contextlib.suppress(psutil.Error):
-            c.terminate()
+            p.terminate()
     _, alive = psutil.wait_procs(alive, timeout=5)
-    for c in alive:
+    for p in alive:
         with contextlib.suppress(psutil.Error):
-            c.kill()
+            p.kill()
+    for path in streams:
+        Path(path).unlink(missing_ok=True)
     return interrupted
+
+
+def _cmdline(p) -> str:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return " ".join(p.cmdline())
+    return ""
+
+
+def _session(proc: subprocess.Popen) -> list:
+    """nsys's processes: its children, and the agent it starts apart (named after nsys's pid)."""
+    import psutil
+
+    found = []
+    with contextlib.suppress(psutil.Error):
+        found = psutil.Process(proc.pid).children(recursive=True)
+    for p in psutil.process_iter():
+        if re.search(rf"--session-name=profile-\S*-{proc.pid}(\s|$)", _cmdline(p)):
+            found.append(p)
+    return found
 
 
 # tables every finished export has, whatever was traced (a failed export leaves StringIds and

@@ -283,3 +283,26 @@ def test_ctrl_c_during_the_export_keeps_the_report_and_no_partial_export(tmp_pat
         f"exports it again)"]
     assert sorted(p.name for p in out.iterdir()) == ["big.log", "big.nsys-rep"]
     assert len(labkit.load_report(out / "big.nsys-rep").nvtx) == 200000
+
+
+@pytest.mark.nsys
+def test_a_second_ctrl_c_stops_nsys_its_agent_and_the_program_at_once(tmp_path):
+    out, marker = tmp_path / "p", f"twice{os.getpid()}"
+    proc = _cli(out, "twice", marker, 120)
+    _wait_started(out / "twice.log", marker)
+    nsys_pid = next(p.pid for p in psutil.process_iter(["cmdline"])
+                    if (p.info["cmdline"] or [""])[0].endswith("nsys") and marker in " ".join(p.info["cmdline"]))
+    agent = next(p for p in psutil.process_iter(["cmdline"])
+                 if f"-{nsys_pid}" in " ".join(p.info["cmdline"] or []) and "--start-agent" in p.info["cmdline"])
+    streams = [Path(f.path) for f in agent.open_files() if f.path.endswith(".qdstrm")]
+    assert streams and all(p.exists() for p in streams)  # what nsys's agent records into, in /tmp
+    os.kill(proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert err.splitlines() == [f"labkit: interrupted again: nsys was stopped before it finished; no report was kept "
+                                f"(its output: {out / 'twice.log'})"]
+    time.sleep(2)  # nothing writes a report afterwards either
+    assert [p.name for p in out.iterdir()] == ["twice.log"]
+    assert not agent.is_running() and _alive(marker) == [] and not any(p.exists() for p in streams)
