@@ -117,15 +117,15 @@ def serve(*, mode: str = "small", reports: Path, notebook_dir: Path = jupyter_la
     port, token = free_port(), os.urandom(16).hex()
     env = jupyter_lab.lab_env(mode=mode)
     env.update(LABKIT_REPORTS=str(reports), HOME=str(home))
-    # checkpoints too: opening a notebook writes notebooks/.ipynb_checkpoints/, which the test
-    # would (rightly) count as a file written outside reports/ and data/. The app object in the
-    # page (window.jupyterapp) is how solutions are added as cells without touching the file.
+    # The app object in the page (window.jupyterapp) is how solutions are added as cells
+    # without touching the file. Checkpoints go where the launcher puts them (under reports).
     extra = [f"--LabApp.user_settings_dir={tmp / 'settings'}", f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
-             f"--FileCheckpoints.checkpoint_dir={tmp / 'checkpoints'}", "--LabApp.expose_app_in_browser=True"]
+             "--LabApp.expose_app_in_browser=True"]
     log = tmp / "jupyterlab.log"
+    argv = jupyter_lab.command(port=port, token=token, notebook_dir=notebook_dir,
+                               checkpoints=jupyter_lab.checkpoints_dir(env), extra=extra)
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(jupyter_lab.command(port=port, token=token, notebook_dir=notebook_dir, extra=extra), env=env, cwd=ROOT,
-                                stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
     lab = Lab(port, token, proc, log, home)
     try:
         deadline = time.monotonic() + timeout

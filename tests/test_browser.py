@@ -75,6 +75,10 @@ def test_launcher_command_as_make_jupyter_runs_it():
     assert "--IdentityProvider.token=t0k" in argv and ("--allow-root" in argv) == (os.geteuid() == 0)
     assert jupyter_lab.lab_env(mode="small", base={})["LABKIT_MODE"] == "small"
     assert "LABKIT_MODE" not in jupyter_lab.lab_env(mode=None, base={})
+    # checkpoints in the reports folder, never notebooks/.ipynb_checkpoints/
+    assert f"--FileCheckpoints.checkpoint_dir={jupyter_lab.checkpoints_dir()}" in argv
+    assert jupyter_lab.checkpoints_dir({}) == ROOT / "reports" / "checkpoints"
+    assert jupyter_lab.checkpoints_dir({"LABKIT_REPORTS": "/x/r"}) == Path("/x/r/checkpoints")
     with pytest.raises(SystemExit, match="MODE=small"):
         jupyter_lab.lab_env(mode="tiny", base={})
 
