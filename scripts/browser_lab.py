@@ -49,9 +49,11 @@ HOME_CACHES = {
     ".local/share/jupyter": "Jupyter's connection files (runtime/, removed at exit) and notebook trust "
                             "database (nbsignatures.db, notebook_secret)",
     ".ipython/profile_default": "IPython's input history of the kernels (history.sqlite)",
+    ".cache/Microsoft": "ONNX Runtime's device id and usage database (.onnxruntime/), written on import",
 }
-# Folders a run may write in the checkout: its reports and the sample video (and git's own).
-ALLOWED = ("reports", "data", ".git", ".venv")
+# Folders a run may write in the checkout: its reports and the sample video; git's, pytest's
+# and the venv's own are not the lab's.
+ALLOWED = ("reports", "data", ".git", ".venv", ".pytest_cache")
 LAB_SETTINGS = {"@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
                 "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"}}
 
