@@ -60,11 +60,12 @@ jupyter: $(STAMP)
 	@$(PY) -c "import jupyterlab, ipywidgets" 2>/dev/null || $(PY) -m pip install -q $(if $(EXISTING),jupyterlab ipywidgets,-e ".[jupyter]")
 	@$(PY) scripts/jupyter_lab.py --mode $(MODE) --port $(PORT) --ip $(IP)
 
-# Every notebook run in headless Chromium through JupyterLab (tests/test_browser.py; CI runs
-# 00, 01 and 07): needs `apt-get install chromium chromium-driver`. Screenshots: reports/browser/.
+# Every notebook, then its exercise solutions, run in headless Chromium through JupyterLab
+# (scripts/browser_lab.py --solutions; CI runs tests/test_browser.py on 00, 01 and 07): needs
+# `apt-get install chromium chromium-driver`. One JSON line per notebook; screenshots: reports/browser/.
 browser: $(STAMP)
-	@$(PY) -c "import jupyterlab, ipywidgets, selenium" 2>/dev/null || $(PY) -m pip install -q -e ".[jupyter,test]"
-	LABKIT_BROWSER_NOTEBOOKS=all LABKIT_REQUIRE_BROWSER=1 $(PY) -m pytest -q -rs -m browser tests/test_browser.py $(PYTEST_ARGS)
+	@$(PY) -c "import jupyterlab, ipywidgets, selenium" 2>/dev/null || $(PY) -m pip install -q $(if $(EXISTING),jupyterlab ipywidgets selenium,-e ".[jupyter,test]")
+	$(PY) scripts/browser_lab.py all --solutions --mode small
 
 doctor: $(STAMP)
 	$(PY) -m labkit doctor --probe

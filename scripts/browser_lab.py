@@ -391,13 +391,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"browser_lab: {why}", file=sys.stderr)
         return 2
     reports = args.reports or Path(tempfile.mkdtemp(prefix="labkit-browser-reports-"))
-    bad = 0
+    bad: list[str] = []
     with serve(mode=args.mode, reports=reports) as lab, chromium() as driver:
         for name in notebooks(args.which):
             out = run_notebook(driver, lab, name, shot=args.shots / f"{name[:-6]}.png",
                                solutions_of=ROOT / "notebooks" / name if args.solutions else None)
-            bad += not out.clean
+            bad += [] if out.clean else [name]
             print(json.dumps(out.__dict__), flush=True)
+    if bad:  # the JSON lines above say what each showed
+        print(f"browser_lab: not clean in the browser: {', '.join(bad)}", file=sys.stderr)
     return 1 if bad else 0
 
 
