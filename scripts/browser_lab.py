@@ -46,8 +46,8 @@ HOME_CACHES = {
     ".cache/labkit": "converted models (ONNX, INT8, TensorRT engines) and nsys exports, reused across runs",
     ".cache/matplotlib": "matplotlib's font list, built once",
     ".config/matplotlib": "matplotlib's configuration folder, created empty",
-    ".local/share/jupyter": "Jupyter's connection files (runtime/, removed at exit) and notebook trust "
-                            "database (nbsignatures.db, notebook_secret)",
+    ".local/share/jupyter": "Jupyter's connection files (runtime/; a server stopped by a signal without a "
+                            "terminal leaves them) and notebook trust database (nbsignatures.db, notebook_secret)",
     ".ipython/profile_default": "IPython's input history of the kernels (history.sqlite)",
     ".cache/Microsoft": "ONNX Runtime's device id and usage database (.onnxruntime/), written on import",
 }

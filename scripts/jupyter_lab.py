@@ -80,11 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     env["JUPYTER_TOKEN"] = token
     print(f"JupyterLab ({env.get('LABKIT_MODE', 'full')} mode) at: {url(port=args.port, ip=args.ip, token=token)}",
           flush=True)
-    try:
-        return subprocess.call(command(port=args.port, ip=args.ip, token=token, checkpoints=checkpoints_dir(env)),
-                               env=env, cwd=ROOT)
-    except KeyboardInterrupt:  # Ctrl-C stops the server; its own shutdown message is enough
-        return 0
+    server = subprocess.Popen(command(port=args.port, ip=args.ip, token=token, checkpoints=checkpoints_dir(env)),
+                              env=env, cwd=ROOT)
+    while True:
+        try:
+            return server.wait()
+        except KeyboardInterrupt:
+            # Ctrl-C reached the server too (one process group): let it ask its question (a second
+            # Ctrl-C skips it) and shut its kernels down itself, rather than killing it mid-way
+            continue
 
 
 if __name__ == "__main__":
