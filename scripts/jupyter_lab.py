@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     server = subprocess.Popen(command(port=args.port, ip=args.ip, token=token, checkpoints=checkpoints_dir(env)),
                               env=env, cwd=ROOT)
+    # `kill` of this launcher (SIGTERM) stops the server too, instead of leaving it orphaned
+    signal.signal(signal.SIGTERM, lambda *_: server.terminate())
     while True:
         try:
             return server.wait()

@@ -110,7 +110,9 @@ def test_make_jupyter_prints_one_url_with_the_token(tmp_path):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/api/sessions", timeout=5)
     finally:
         proc.terminate()
-        proc.wait(20)
+        proc.wait(30)
+    with pytest.raises(urllib.error.URLError):  # stopping the launcher stopped the server (no orphan)
+        urllib.request.urlopen(api, timeout=5)
 
 
 @pytest.mark.parametrize("name", browser_lab.notebooks(WHICH), ids=lambda n: n[:2])
