@@ -437,5 +437,5 @@ def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, 
     finally:
         tmp.unlink(missing_ok=True)
     if progress:
-        print(f"nsys export {rep_path.name}: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+        print(f"nsys export {rep_path.name}: {time.monotonic() - t0:.1f} s", flush=True)  # stdout: not an error
     return db
