@@ -84,13 +84,20 @@ def lesson(file_step: str, paced_step: str, camera_fps: float):
     rest = p["latency_p50_ms"] - fill_ms
     rest = (f"the rest, {rest:.0f} ms, is processing" if rest > 0 else
             "batch fill alone accounts for it (the median frame's batch was processed as soon as it filled)")
+    backlog = f["in_flight"] >= 2 * f["batch_size"]  # more than two batches waiting: a queue formed
+    file_says = ("The latency is backlog: a new frame waits behind those frames, while its own batch fills as fast "
+                 "as the decoder reads." if backlog else
+                 "Fewer than two batches were waiting: no backlog formed, so the source did not outpace the pipeline.")
+    kept_up = p["in_flight"] < 2 * p["batch_size"]
+    paced_says = (f"Here latency is batch fill: each extra frame in a batch adds half a camera interval "
+                  f"({500 / camera_fps:.0f} ms) to the median frame's wait." if kept_up else
+                  "More than two batches were waiting: the pipeline did not keep up with the camera, and a backlog "
+                  "formed here too (choose a slower camera rate).")
     return say(
         f"**File input** (`{file_step}`): {f['fps']:.1f} frames/s x {f['latency_p50_ms']:.0f} ms = "
         f"**{f['in_flight']:.0f} frames in flight**, {f['in_flight'] / cap:.0%} of the {cap:.0f} that can be "
-        f"waiting ({held}). The latency is backlog: a new frame waits behind those frames, while its own "
-        f"batch fills as fast as the decoder reads.\n\n"
+        f"waiting ({held}). {file_says}\n\n"
         f"**Paced at {camera_fps:g} frames/s** (`{paced_step}`, `--realtime`): {p['fps']:.1f} frames/s x "
-        f"{p['latency_p50_ms']:.0f} ms = **{p['in_flight']:.1f} frames in flight**, against the {p['frames_held']:.0f} the queues "
-        f"could hold. The median frame waits (batch - 1) / 2 = {(p['batch_size'] - 1) / 2:g} camera intervals, "
-        f"{fill_ms:.0f} ms, for its batch to fill; {rest}. Here latency is batch fill: each extra frame in a "
-        f"batch adds half a camera interval ({500 / camera_fps:.0f} ms) to the median frame's wait.")
+        f"{p['latency_p50_ms']:.0f} ms = **{p['in_flight']:.1f} frames in flight**, against the {p['frames_held']:.0f} "
+        f"the queues could hold. The median frame waits (batch - 1) / 2 = {(p['batch_size'] - 1) / 2:g} camera "
+        f"intervals, {fill_ms:.0f} ms, for its batch to fill; {rest}. {paced_says}")

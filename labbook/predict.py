@@ -41,7 +41,7 @@ def lever_flags(changed: dict) -> list[str]:
     from source_code.options import to_argv
 
     out = [t for t in to_argv({k: v for k, v in changed.items() if v is not None}) if t.startswith("--")]
-    return out + [ALIASES[(k, v)] for k, v in changed.items() if (k, v) in ALIASES]
+    return out + [ALIASES[(k, v)] for k, v in changed.items() if isinstance(v, str) and (k, v) in ALIASES]
 
 
 @functools.lru_cache(maxsize=16)
@@ -61,12 +61,13 @@ def _profile_of(step: str) -> tuple[str | None, str]:
     return (path, "") if isinstance(path, str) else (None, f"'{step}' has no profiled run")
 
 
-def advice_frame(step: str, mode: str = MODE, *, builds_on: str | None = None, min_gain: float = MIN_GAIN):
+def advice_frame(step: str, mode: str = MODE, *, builds_on: str | None = None, min_gain: float = 1.0):
     """``labkit.advise`` on the profile of the step ``step`` builds on, or None with why not.
 
     Returns: (frame or None, why): the frame has finding, evidence, lever, predicted_speedup (x,
     an upper bound), rule; ``why`` is '' with a frame. ``min_gain``: findings with a smaller bound
-    are left out (``labkit.advise``'s default: under the noise of a measurement).
+    are left out (default 1.0: all, so that a lever whose bound is under the noise of a
+    measurement still shows, with that bound).
     """
     base = step_of(step, builds_on=builds_on, mode=mode).builds_on
     if base is None:
@@ -79,13 +80,13 @@ def advice_frame(step: str, mode: str = MODE, *, builds_on: str | None = None, m
 
 def advice(step: str, mode: str = MODE, *, builds_on: str | None = None):
     """What the profile of the step ``step`` builds on says, shown before ``step`` runs: the
-    advise table (finding, evidence, lever, predicted_speedup) or a sentence saying why none."""
+    advise table (finding, evidence, lever, predicted_speedup; every finding, those under the
+    noise of a measurement too, as :func:`prediction` reads it) or a sentence saying why none."""
     frame, why = advice_frame(step, mode, builds_on=builds_on)
     if frame is None:
         return say(f"No advice for '{step}': {why}.")
     if frame.empty:
-        return say(f"No finding in the profile of '{step_of(step, builds_on=builds_on, mode=mode).builds_on}' "
-                   "has a bound above the noise of a measurement.")
+        return say(f"No finding in the profile of '{step_of(step, builds_on=builds_on, mode=mode).builds_on}'.")
     return frame[["finding", "evidence", "lever", "predicted_speedup"]]
 
 
@@ -94,7 +95,7 @@ def prediction(step: str, mode: str = MODE, *, flags: dict | None = None, builds
     lever is this step's change, None when none applies) and ``finding`` (that finding, or why
     there is no bound). The largest bound wins when several findings name the change; findings
     under the noise count too (a bound of 1.01x is a prediction: no measurable gain)."""
-    frame, why = advice_frame(step, mode, builds_on=builds_on, min_gain=1.0)
+    frame, why = advice_frame(step, mode, builds_on=builds_on)
     if frame is None:
         return {"predicted_speedup": None, "finding": f"none: {why}"}
     base = step_of(step, builds_on=builds_on, mode=mode).builds_on

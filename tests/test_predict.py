@@ -55,6 +55,7 @@ def add(led: Ledger, step: str, *, profile: str | None = None, fps: float | None
     ({"batch_size": 4}, ["--batch-size"]),
     ({"precision": "fp16"}, ["--precision", "--fp16"]),
     ({"interval": None}, []),
+    ({"inputs": ["clip.mp4"], "realtime": True}, ["--input", "--realtime"]),
 ])
 def test_lever_flags_are_the_command_line_of_a_change(changed, flags):
     assert lever_flags(changed) == flags
