@@ -89,8 +89,8 @@ def lesson(file_step: str, paced_step: str, camera_fps: float):
                  "as the decoder reads." if backlog else
                  "Fewer than two batches were waiting: no backlog formed, so the source did not outpace the pipeline.")
     kept_up = p["in_flight"] < 2 * p["batch_size"]
-    paced_says = (f"Here latency is batch fill: each extra frame in a batch adds half a camera interval "
-                  f"({500 / camera_fps:.0f} ms) to the median frame's wait." if kept_up else
+    paced_says = (f"No backlog: latency is batch fill plus processing, and each extra frame in a batch adds half a "
+                  f"camera interval ({500 / camera_fps:.0f} ms) to the median frame's wait." if kept_up else
                   "More than two batches were waiting: the pipeline did not keep up with the camera, and a backlog "
                   "formed here too (choose a slower camera rate).")
     return say(

@@ -99,6 +99,9 @@ def test_latency_lesson_computes_both_cases(ref_ledger):
     assert "= **60 frames in flight**" in text and "of the 61 that can be waiting" in text
     assert "10.0 frames/s x 420 ms = **4.2 frames in flight**" in text
     assert "1.5 camera intervals, 150 ms, for its batch to fill; the rest, 270 ms, is processing" in text
+    assert "No backlog: latency is batch fill plus processing" in text and "backlog formed" not in text
+    ref_ledger.append({**paced, "metrics": {"fps": 10.0, "latency_p50_ms": 3000.0}})  # 30 in flight: it fell behind
+    assert "the pipeline did not keep up with the camera" in lab.latency_lesson("batch4", "paced", 10).data
 
 
 def test_camera_clip_is_paced_at_its_rate(tmp_path):
