@@ -14,18 +14,28 @@ EXTRAS ?= test,cpu
 # environment.yml (conda) or set TORCH_SPEC to the CUDA build they want.
 TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.labkit-installed
 # An environment this Makefile did not create (conda, or any VENV other than .venv) already holds
 # its stack (a CUDA torch, onnxruntime-gpu): labkit goes in with --no-deps, so pip never replaces
 # a CUDA package with its CPU twin.
 EXISTING := $(if $(filter .venv,$(VENV)),,1)
+# The project venv records its install inside itself; for an existing environment the record is
+# this checkout's (.make/), so two checkouts sharing one environment never skip each other's.
+STAMP := $(if $(EXISTING),.make/installed$(subst /,_,$(abspath $(VENV))),$(VENV)/.labkit-installed)
+ifeq ($(EXISTING),1)
+# An existing environment may already hold labkit from another checkout (a shared venv): it is
+# left pointing there, and this checkout's code comes first through PYTHONPATH (kernels and the
+# application inherit it), so one checkout's make never re-points another's environment.
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+endif
 
 .PHONY: lab test jupyter browser doctor env clean-reports
 
 $(STAMP): pyproject.toml
 ifeq ($(EXISTING),1)
 	@test -x $(PY) || { echo "make: $(VENV) has no bin/python: activate the environment or pass VENV=" >&2; exit 1; }
-	$(PY) -m pip install -q --no-deps -e .
+	@where=$$(cd / && env -u PYTHONPATH $(PY) -c "import labkit, pathlib; print(pathlib.Path(labkit.__file__).resolve().parents[1])" 2>/dev/null); \
+	if [ -z "$$where" ]; then echo "$(PY) -m pip install -q --no-deps -e ."; $(PY) -m pip install -q --no-deps -e . || exit 1; \
+	elif [ "$$where" != "$$(pwd -P)" ]; then echo "make: $(VENV) has labkit from $$where; left as it is (this checkout runs through PYTHONPATH)"; fi
 	@$(PY) -m labkit doctor >/dev/null || echo "make: labkit's doctor reports a problem in $(VENV) (a missing dependency?): run $(PY) -m labkit doctor" >&2
 else
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,7 +43,7 @@ else
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 endif
-	@touch $(STAMP)
+	@mkdir -p $(dir $(STAMP)) && touch $(STAMP)
 
 env: $(STAMP)
 
@@ -50,11 +60,12 @@ jupyter: $(STAMP)
 	@$(PY) -c "import jupyterlab, ipywidgets" 2>/dev/null || $(PY) -m pip install -q $(if $(EXISTING),jupyterlab ipywidgets,-e ".[jupyter]")
 	@$(PY) scripts/jupyter_lab.py --mode $(MODE) --port $(PORT) --ip $(IP)
 
-# Every notebook run in headless Chromium through JupyterLab (tests/test_browser.py; CI runs
-# 00, 01 and 07): needs `apt-get install chromium chromium-driver`. Screenshots: reports/browser/.
+# Every notebook, then its exercise solutions, run in headless Chromium through JupyterLab
+# (scripts/browser_lab.py --solutions; CI runs tests/test_browser.py on 00, 01 and 07): needs
+# `apt-get install chromium chromium-driver`. One JSON line per notebook; screenshots: reports/browser/.
 browser: $(STAMP)
-	@$(PY) -c "import jupyterlab, ipywidgets, selenium" 2>/dev/null || $(PY) -m pip install -q -e ".[jupyter,test]"
-	LABKIT_BROWSER_NOTEBOOKS=all LABKIT_REQUIRE_BROWSER=1 $(PY) -m pytest -q -rs -m browser tests/test_browser.py $(PYTEST_ARGS)
+	@$(PY) -c "import jupyterlab, ipywidgets, selenium" 2>/dev/null || $(PY) -m pip install -q $(if $(EXISTING),jupyterlab ipywidgets selenium,-e ".[jupyter,test]")
+	$(PY) scripts/browser_lab.py all --solutions --mode small
 
 doctor: $(STAMP)
 	$(PY) -m labkit doctor --probe

@@ -65,9 +65,14 @@ def device_of(flags: dict) -> str:
     return ("cuda" if gpu_available() else "cpu") if dev == "auto" else dev
 
 
+def device_kind(flags: dict) -> str:
+    """``cuda`` or ``cpu``: the kind of the run's device (``cuda:1`` is a CUDA device)."""
+    return device_of(flags).split(":")[0]
+
+
 def unavailable(**flags) -> str:
     """Why a run with these flags cannot run here ('' when it can)."""
-    device = device_of(flags)
+    device = device_kind(flags)
     if device == "cuda" and not gpu_available():
         return "it needs a CUDA GPU and this machine has none"
     if flags.get("gpu_preprocess") and device != "cuda":
@@ -89,6 +94,6 @@ def capture_range(flags: dict) -> str | None:
     cudaProfilerStart (its first frame) on, so that the engine build, with its thousands of
     tactic-timing kernels, stays out of the kernel tables (TensorRT's guide advises this);
     every other step the whole run, so that set-up such as ``torch_compile`` shows in it."""
-    if flags.get("backend") == "tensorrt" and device_of(flags) == "cuda":
+    if flags.get("backend") == "tensorrt" and device_kind(flags) == "cuda":
         return "cudaProfilerApi"
     return None

@@ -7,10 +7,12 @@ The report analyses are called as ``Report`` methods here, each once (``stage_ov
 from __future__ import annotations
 
 import math
+import warnings
 
 import labkit
 from labkit.tables import compare as compare_rows
 
+from labbook.app import device_of
 from labbook.outcome import Outcome
 from labbook.reference import ledger
 from labbook.settings import LEDGER, MODE, STAGES, settings
@@ -18,9 +20,11 @@ from labbook.text import say
 
 
 def _row_of(x) -> dict:
-    """The figures of an Outcome, or of a step name's latest ledger row."""
+    """The figures of an Outcome, a ``labkit.bench.Result`` or a step name's latest ledger row."""
     if isinstance(x, Outcome):
         return x.row()
+    if not isinstance(x, str):  # a bench Result (run_parallel's, say)
+        return Outcome(x.step, "ok", result=x).row()
     rows = ledger([x])
     if len(rows) == 0:
         return {"step": x, "status": "skipped", "reason": f"it has no row in {LEDGER} yet (run its notebook first)"}
@@ -49,7 +53,37 @@ def report(x):
         path = row.get("paths.profile")
         if not isinstance(path, str):
             raise ValueError(f"no profiled '{x}' row in {LEDGER}: run that step first")
-    return None if path is None else labkit.load_report(path)
+    if path is None:
+        return None
+    rep = labkit.load_report(path)
+    config = row_config(_row_of(x)) if isinstance(x, str) else getattr(x, "config", {})
+    why = no_gpu_activity(rep, config)
+    if why:
+        warnings.warn(why, NoGpuActivityWarning, stacklevel=2)
+    return rep
+
+
+class NoGpuActivityWarning(UserWarning):
+    """A GPU run's report holds no GPU activity: the nsys that recorded it is likely too old for the driver."""
+
+
+def row_config(row: dict) -> dict:
+    """The ``config`` of a flattened ledger row (``config.device`` -> ``device``)."""
+    return {k.split(".", 1)[1]: v for k, v in row.items() if k.startswith("config.") and v == v}  # NaN: unset
+
+
+def no_gpu_activity(rep, config: dict) -> str | None:
+    """One line when a run on a CUDA device (``config``'s ``device``, ``auto`` resolved here) left a
+    report with no kernels, copies, memsets or graphs, naming the likely cause and the fix; else None."""
+    if not config:  # nothing says where it ran
+        return None
+    device = str(device_of(config))
+    if not device.startswith("cuda") or len(rep.gpu_ops()):
+        return None
+    what = "only CUDA API calls" if rep.has_cuda else "no CUDA activity at all"
+    return (f"{rep.path.name}: a {device} run, but its report holds {what}: the nsys that recorded it "
+            f"({rep.nsys_version or 'unknown version'}) is likely too old for the GPU driver (nsys 2022.4 records no "
+            "CUDA on a CUDA 13 driver); profile with the CUDA toolkit's nsys (python -m labkit doctor --probe checks it)")
 
 
 def _report_or_why(x):

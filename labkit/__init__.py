@@ -39,6 +39,8 @@ _LAZY = {
     "Ledger": ("labkit.ledger", "Ledger"),
     "speedup_table": ("labkit.tables", "speedup_table"),
     "doctor": ("labkit.doctor", "doctor"),
+    "LabkitError": ("labkit.errors", "LabkitError"),
+    "OutputError": ("labkit.errors", "OutputError"),
     "advise": ("labkit.advice", "advise"),
     "next_lever": ("labkit.advice", "next_lever"),
     "load_reports": ("labkit.ranks", "load_reports"),

@@ -22,7 +22,9 @@ labkit never imports the application, so stage names are parameters with these d
   id, never by name;
 - ``preprocess`` and ``infer`` see only the detected frames (``--interval K``): their items over
   calls times the batch size is how full the detector's batches were;
-- on CUDA, ``infer`` synchronizes at its end, so its range covers its GPU work.
+- on CUDA without ``--queues``, ``preprocess`` and ``infer`` wait for their own GPU work, so their
+  ranges cover it; with ``--queues`` the ``infer`` range is the launch and ``postprocess`` waits for
+  the forward pass (the results' ``stage_detail.<stage>.cuda_ms`` has the GPU times).
 """
 from __future__ import annotations
 

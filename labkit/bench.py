@@ -25,6 +25,7 @@ from labkit.bench_core import (HEADLINE, RESULT_FIELDS, BenchError, BenchWarning
                                _env, _flags, _progress, _reports, _row, _run_once, _run_profiled, _stamp,
                                _start, _summarize, _warn_flags, config_of, error_line, launch, read_results,
                                spread, with_flag)
+from labkit.bench_core import _check_ledger, _repeat_record
 from labkit.bench_parallel import run_parallel
 from labkit.ledger import not_run
 
@@ -76,10 +77,13 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
         row has ``status: "flagged"``.
     Raises:
         BenchError: the application failed (non-zero exit, timeout, no results file); the
-        message carries its stderr tail and the path of the full log.
+        message carries its stderr tail and the path of the full log. Each finished repeat is
+        already in the ledger then (a ``status: "repeat"`` row, appended as it completed).
+        OutputError: the ledger's or results' folder is not writable, or its disk is full.
     """
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
+    _check_ledger(ledger)
     cmd, name, results_dir = _start(command, warmup, name or f"{step}-{_stamp()}", results_dir)
     launched = launch(cmd, launcher, nproc)
     run_env = _env(env)
@@ -100,6 +104,7 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
             wall = _run_once(argv, log=log, env=run_env, timeout=timeout, step=step,
                              what=f"run {i} of {repeats}")
             rows.append(_row(i, False, results, log, wall))
+            _append(ledger, _repeat_record(step, name, rows[-1], labels))  # kept if a later run fails
             bar.set_postfix_str(f"{rows[-1]['fps']:.1f} fps")
             bar.update()
     frame = pd.DataFrame(rows)

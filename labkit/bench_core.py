@@ -27,7 +27,7 @@ import pandas as pd
 
 from labkit import annotate
 from labkit.env import reports_dir
-from labkit.errors import LabkitError, output_tail
+from labkit.errors import LabkitError, check_writable, output_error, output_tail
 from labkit.ledger import Ledger
 
 RESULT_FIELDS: dict[str, str] = {
@@ -317,6 +317,19 @@ def _append(ledger, row: Mapping) -> None:
         (ledger if isinstance(ledger, Ledger) else Ledger(ledger)).append(row)
 
 
+def _check_ledger(ledger) -> None:
+    """Pre-flight: the ledger's folder is writable (before any run, so no result is lost at the end)."""
+    if ledger is not None:
+        check_writable(Path(getattr(ledger, "path", ledger)).parent, need_bytes=1 << 20, what="append to a ledger in")
+
+
+def _repeat_record(step: str, name: str, row: Mapping, labels: Mapping | None) -> dict:
+    """The ledger row of one finished repeat (status ``repeat``; see :mod:`labkit.ledger`)."""
+    metrics = {k: v for k, v in row.items() if k in RESULT_FIELDS and v is not None and not pd.isna(v)}
+    return {**(labels or {}), "step": step, "name": name, "status": "repeat", "repeat": int(row["repeat"]),
+            "metrics": metrics, "paths": {"results": row["results"], "log": row["log"]}}
+
+
 def _config(config: Mapping | None, cmd: list[str], warmup) -> dict:
     """The run's options: the caller's ``config`` (with the warm-up bench added), else parsed from argv."""
     if config is None:
@@ -344,8 +357,7 @@ def _start(command, warmup, name: str, results_dir) -> tuple[list[str], str, Pat
     """What every runner does first: the argv (see :func:`_prepare`), a file-safe run name, and
     the results folder, created."""
     cmd = _prepare(command, warmup)
-    results_dir = _reports("results", results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
+    results_dir = check_writable(_reports("results", results_dir), need_bytes=1 << 20, what="write results into")
     return cmd, _safe(name), results_dir
 
 
@@ -407,8 +419,11 @@ def _run_once(argv: list[str], *, log: Path, env, timeout, step: str, what: str)
     except OSError as exc:
         raise BenchError(f"benchmark {step!r}: cannot start {argv[0]!r} ({exc})") from None
     wall = time.perf_counter() - t0
-    log.write_text(f"# {shlex.join(argv)}\n# exit {proc.returncode} after {wall:.2f} s\n"
-                   f"## stdout\n{proc.stdout}\n## stderr\n{proc.stderr}")
+    text = f"# {shlex.join(argv)}\n# exit {proc.returncode} after {wall:.2f} s\n## stdout\n{proc.stdout}\n## stderr\n{proc.stderr}"
+    try:
+        log.write_text(text)
+    except OSError as exc:
+        raise output_error(log, exc, need_bytes=len(text)) from None
     _check_exit(proc.returncode, argv, log, step, what, proc.stderr)
     return wall
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from labkit.errors import LabkitError
 
-__all__ = ["main", "cli_profile", "cli_summary"]
+__all__ = ["main", "cli_profile", "cli_summary", "text_table"]
 
 _WHAT = ("nvtx", "kernels", "memcpy", "projection", "stages", "batches")
 
@@ -43,12 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `python -m labkit summary R | head`: the reader left, nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line (what was kept), no traceback, the shell's 130
+        print(f"labkit: {exc.args[0] if exc.args else 'interrupted'}", file=sys.stderr)
+        return 130
 
 
 def cli_summary(argv: list[str]) -> int:
     """``python -m labkit summary REPORT [--what ...] [--csv]``: print one summary table."""
-    import pandas as pd
-
     from labkit import analysis, summaries
     from labkit.report import load_report
 
@@ -58,6 +60,7 @@ def cli_summary(argv: list[str]) -> int:
     p.add_argument("--what", choices=_WHAT, default="nvtx")
     p.add_argument("--csv", action="store_true", help="print CSV instead of a text table")
     p.add_argument("--warmup", type=int, default=0, help="batches left out of --what batches")
+    p.add_argument("--wide", action="store_true", help="names in full (default: cut to the terminal width, COLUMNS)")
     args = p.parse_args(argv)
     try:
         rep = load_report(args.report)
@@ -79,9 +82,7 @@ def cli_summary(argv: list[str]) -> int:
     elif len(df) == 0:
         print(f"(no {args.what} data in {args.report})")
     else:
-        with pd.option_context("display.max_rows", 200, "display.max_columns", 30, "display.width",
-                               int(os.environ.get("COLUMNS", "160")), "display.max_colwidth", 60):
-            print(df.to_string(index=False))
+        print(text_table(df, width=None if args.wide else _terminal_width()))
     return 0
 
 
@@ -121,5 +122,44 @@ def cli_profile(argv: list[str]) -> int:
     print(f"report: {rep.path} (sqlite: {Path(rep.path).with_suffix('.sqlite')}, log: {rep.log_path})")
     if args.summary != "none":
         df = summaries.nvtx_summary(rep) if args.summary == "nvtx" else summaries.kernel_summary(rep)
-        print(df.to_string(index=False) if len(df) else f"(no {args.summary} data)")
+        print(text_table(df, width=_terminal_width()) if len(df) else f"(no {args.summary} data)")
     return 0
+
+
+def _terminal_width() -> int | None:
+    """Columns to fit: ``$COLUMNS`` or the terminal's; None (no cutting) in a pipe without COLUMNS."""
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size((160, 24)).columns
+
+
+def text_table(df, *, width: int | None = None) -> str:
+    """``df`` as a plain text table: whole numbers as integers, other numbers in fixed point (never
+    scientific notation), and the text columns cut (ending in "…", 12 characters at least) so each
+    line fits ``width`` characters where the numbers leave room (None: in full)."""
+    import pandas as pd
+
+    def numbers(col: pd.Series) -> pd.Series:
+        vals = col.dropna().astype(float)
+        whole = bool((vals == vals.round()).all())
+        places = 0 if whole else 1 if vals.abs().max() >= 10 else 3
+        return col.map(lambda v: "" if pd.isna(v) else f"{float(v):.{places}f}")
+
+    numeric = {c: pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in df.columns}
+    cells = {c: numbers(df[c]) if numeric[c] else df[c].astype(str) for c in df.columns}
+    widths = {c: max(len(str(c)), int(cells[c].str.len().max())) for c in df.columns}
+    text = [c for c in df.columns if not numeric[c]]
+    while width and text:
+        over = sum(widths.values()) + 2 * (len(widths) - 1) - width
+        widest = max(text, key=widths.get)
+        if over <= 0 or widths[widest] <= 12:
+            break
+        widths[widest] = max(12, len(str(widest)), widths[widest] - over)
+    for c in text:
+        cells[c] = cells[c].map(lambda v, w=widths[c]: v if len(v) <= w else v[:w - 1] + "…")
+
+    def line(values) -> str:
+        return "  ".join(v.rjust(widths[c]) if numeric[c] else v.ljust(widths[c])
+                         for c, v in zip(df.columns, values)).rstrip()
+
+    return "\n".join([line([str(c) for c in df.columns])] + [line(r) for r in zip(*cells.values())])

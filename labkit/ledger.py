@@ -12,7 +12,8 @@ A row (``schema`` 1) is a JSON object::
 
 Only ``step`` is required. Optional top-level fields: ``status`` (``ok``; ``flagged``, a run
 whose results were suspect; ``skipped``, not run here, with its ``reason``; ``failed``, the run
-failed, with the application's error line in ``reason``); ``kind`` (what the step is in the lab:
+failed, with the application's error line in ``reason``; ``repeat``, one finished run of a
+benchmark, written before the step's own row); ``kind`` (what the step is in the lab:
 see :data:`KINDS`); ``builds_on`` (the step whose flags it starts from); ``predicted_speedup``
 and ``finding`` (the prediction it was run under). Appends never rewrite the file: re-running a step adds a row and
 earlier rows stay. Concurrent writers (processes or threads) are serialized with ``fcntl.flock``
@@ -35,6 +36,8 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from labkit.errors import output_error
+
 __all__ = ["Ledger", "LedgerWarning", "SCHEMA", "BASE_COLUMNS", "KINDS", "STATUSES", "machine_label", "flatten",
            "not_run"]
 
@@ -44,8 +47,10 @@ SCHEMA = 1
 BASE_COLUMNS = ["schema", "time", "step", "name", "machine", "ledger", "line"]
 """Columns every frame from :meth:`Ledger.read` has, even when the ledger is empty."""
 
-STATUSES = ("ok", "flagged", "skipped", "failed")
-"""Values of a row's ``status``; only ``ok`` rows (or rows without a status) carry figures."""
+STATUSES = ("ok", "flagged", "skipped", "failed", "repeat")
+"""Values of a row's ``status``; only ``ok`` rows (or rows without a status) carry a step's figures.
+``repeat`` rows are single runs that ``labkit.bench.run`` appends as each completes (``repeat``:
+its number), so an interrupted or failed benchmark keeps its finished runs; the step's own row follows them."""
 
 KINDS = ("cumulative", "alternative", "sweep", "exercise")
 """Values of a row's ``kind``: a step that keeps every change before it; an alternative to a
@@ -161,6 +166,7 @@ class Ledger:
 
         Raises:
             ValueError: the record has no non-empty ``step``.
+            OutputError: the folder is not writable or its disk is full (the file is left as it was).
         """
         if not isinstance(record, Mapping) or not record.get("step"):
             raise ValueError("a ledger record needs a non-empty 'step' (e.g. {'step': 'baseline', ...})")
@@ -171,6 +177,13 @@ class Ledger:
             row["env"] = _fingerprint()
         row = _jsonable(row)
         data = (json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n").encode()
+        try:
+            self._write_line(data)
+        except OSError as exc:  # full disk, read-only folder: one line naming the folder and the space
+            raise output_error(self.path, exc, need_bytes=len(data), what="append a row to the ledger") from None
+        return row
+
+    def _write_line(self, data: bytes) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -182,20 +195,24 @@ class Ledger:
                 if size and os.pread(fd, 1, size - 1) != b"\n":
                     data = b"\n" + data
                 view = memoryview(data)
-                while view:  # one write in practice; the loop guards a short write
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
+                try:
+                    while view:  # one write in practice; the loop guards a short write
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                except OSError:
+                    os.ftruncate(fd, size)  # a disk that filled mid-line: the file is as it was (we hold the lock)
+                    raise
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
-        return row
 
-    def rows(self) -> list[dict]:
+    def rows(self, *, repeats: bool = False) -> list[dict]:
         """The rows as dicts, in file order, with ``ledger`` (file) and ``line`` (1-based) added.
 
         Corrupt lines are skipped with a :class:`LedgerWarning` naming file and line. A missing
-        file is an empty ledger.
+        file is an empty ledger. ``status: "repeat"`` rows (one benchmark run each, kept in case
+        the benchmark stops) are left out unless ``repeats=True``.
         """
         if not self.path.exists():
             return []
@@ -227,11 +244,12 @@ class Ledger:
                               LedgerWarning, stacklevel=3)
             row["ledger"] = str(self.path)
             row["line"] = lineno
-            rows.append(row)
+            if repeats or row.get("status") != "repeat":
+                rows.append(row)
         return rows
 
-    def read(self) -> pd.DataFrame:
-        """The ledger as a DataFrame, one row per run in file order.
+    def read(self, *, repeats: bool = False) -> pd.DataFrame:
+        """The ledger as a DataFrame, one row per run in file order (``repeat`` rows: see :meth:`rows`).
 
         Returns:
             DataFrame with :data:`BASE_COLUMNS` (``schema``, ``time``, ``step``, ``name``,
@@ -242,7 +260,7 @@ class Ledger:
             dotted (``config.batch_size``, ``env.gpu``, ``paths.profile``). ``time`` is a
             UTC timestamp.
         """
-        return frame_of(self.rows())
+        return frame_of(self.rows(repeats=repeats))
 
 
 def frame_of(rows: list[Mapping[str, Any]]) -> pd.DataFrame:

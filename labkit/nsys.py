@@ -7,21 +7,25 @@ Loading is :mod:`labkit.report`'s job (``labkit.profile`` = record + export + lo
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import os
 import re
 import shlex
+import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from labkit.env import nsys_version
-from labkit.errors import LabkitError
+from labkit.errors import LabkitError, check_writable, output_error
 from labkit.errors import output_tail as _tail
 
 __all__ = [
@@ -38,7 +42,12 @@ __all__ = [
     "CaptureRangeError",
     "ProgramFailedError",
     "ReportExistsError",
+    "PROFILE_SPACE",
 ]
+
+PROFILE_SPACE = 64 << 20
+"""Free bytes a profile needs before nsys starts, in the report's folder and in the temporary
+folder (an estimate: a short run's .nsys-rep, its .sqlite and nsys's .qdstrm are a few MB each)."""
 
 
 class NsysError(LabkitError):
@@ -65,11 +74,16 @@ def _nsys_or_raise(nsys: str | None = None) -> str:
     from labkit.env import find_nsys
 
     path = nsys or find_nsys()
+    where = os.environ.get("LABKIT_NSYS") or os.environ.get("NSYS")
     if not path or not os.path.isfile(path):
-        where = os.environ.get("LABKIT_NSYS") or os.environ.get("NSYS")
         hint = f" (LABKIT_NSYS/NSYS is set to {where!r}, which is not an executable)" if where else ""
         raise NsysNotFoundError(f"nsys not found{hint}: install it with scripts/install-nsys, or set LABKIT_NSYS "
                                 f"to the nsys executable")
+    if nsys_version(path) is None:  # e.g. LABKIT_NSYS=/bin/false: it runs, but is no nsys
+        given = f"nsys={nsys!r}" if nsys else (f"LABKIT_NSYS/NSYS={where!r}" if where else f"{path} on PATH")
+        raise NsysNotFoundError(f"{path} (from {given}) is not a working nsys: `{path} --version` printed no "
+                                f"Nsight Systems version: point LABKIT_NSYS at the nsys executable "
+                                f"(scripts/install-nsys installs one)")
     return path
 
 
@@ -139,7 +153,9 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
         overwrite: replace an existing report of the same name.
         progress: one updating line with the elapsed time (a terminal, or a widget in Jupyter).
     Returns: :class:`Recording` (``nsys_rep``, ``log``, ``argv``, ``wall_s``, ``nsys``).
-    Raises: NsysNotFoundError, ReportExistsError, CaptureRangeError, ProgramFailedError, NsysError.
+    Raises: NsysNotFoundError, ReportExistsError (also while another run records the same name),
+        CaptureRangeError, ProgramFailedError, NsysError, OutputError (folder not writable, disk full);
+        KeyboardInterrupt after Ctrl-C, once nsys has stopped the program and written what it could.
     """
     argv_cmd = shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
     if not argv_cmd:
@@ -147,42 +163,46 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
     outdir = Path(outdir)
     base = outdir / name
     rep, db, log = base.with_suffix(".nsys-rep"), base.with_suffix(".sqlite"), base.with_suffix(".log")
-    if not overwrite:
-        existing = [p for p in (rep, db) if p.exists()]
-        if existing:
-            raise ReportExistsError(f"{existing[0]} already exists: pass overwrite=True (CLI: --overwrite) "
-                                    f"or choose another name")
     exe = _nsys_or_raise(nsys)
-    outdir.mkdir(parents=True, exist_ok=True)
-    for p in (rep, db, log):
-        if p.exists():
-            p.unlink()
+    check_writable(outdir, need_bytes=PROFILE_SPACE, what="write the report into")
+    check_writable(tempfile.gettempdir(), need_bytes=PROFILE_SPACE // 2, what="write nsys's temporary .qdstrm into")
+    # the name is reserved for this run (see _reserve), so nsys may replace the placeholder
     argv = profile_command(argv_cmd, output=base, trace=trace, capture_range=capture_range,
-                           nsys_args=nsys_args, overwrite=overwrite, nsys=exe,
+                           nsys_args=nsys_args, overwrite=True, nsys=exe,
                            graph_nodes=supports_option(exe, "--cuda-graph-trace"))
     run_env = dict(os.environ)
     run_env.update(env or {})
     if capture_range and capture_range != "cudaProfilerApi":
         run_env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")
     t0 = time.monotonic()
-    with open(log, "w") as logf:
+    with _reserve(rep, db, log, overwrite) as logf:
         logf.write(f"# {shlex.join(argv)}\n")
         logf.flush()
         try:
+            # its own session: a terminal's Ctrl-C reaches labkit only, which hands nsys one SIGINT
             proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=run_env,
-                                    stdin=subprocess.DEVNULL)
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             raise NsysNotFoundError(f"cannot run {exe} ({exc}): install nsys with scripts/install-nsys "
                                     f"or set LABKIT_NSYS") from None
-        _wait_with_progress(proc, f"nsys profile {name}", progress)
-    output = log.read_text(errors="replace")
+        interrupted = _wait_with_progress(proc, f"nsys profile {name}", progress)
+        output = log.read_text(errors="replace")
+        _remove_stream_files(output, outdir)
+        written = rep.exists() and rep.stat().st_size > 0
+    if interrupted == 1:
+        kept = f"the report nsys finished is kept: {rep}" if written else "nsys wrote no report"
+        raise KeyboardInterrupt(f"interrupted: nsys stopped the program; {kept} (its output: {log})")
+    if interrupted:
+        kept = f"{rep} may be incomplete" if written else "no report was kept"
+        raise KeyboardInterrupt(f"interrupted again: nsys was stopped before it finished; {kept} (its output: {log})")
     if proc.returncode != 0:
-        if rep.exists():  # nsys passes the program's exit status through and still writes the report
+        if written:  # nsys passes the program's exit status through and still writes the report
             raise ProgramFailedError(f"the profiled program exited with status {proc.returncode} (report kept: "
                                      f"{rep}); its output (full log: {log}):\n{_tail(output)}")
+        check_writable(outdir, need_bytes=PROFILE_SPACE, what="write the report into")  # a disk filled meanwhile
         raise NsysError(f"nsys profile exited with status {proc.returncode} after "
                         f"{time.monotonic() - t0:.1f} s; its output (full log: {log}):\n{_tail(output)}")
-    if not rep.exists():
+    if not written:
         if capture_range:
             raise CaptureRangeError(
                 f"capture range {capture_range!r} never started, so nsys wrote no report: check that the "
@@ -193,6 +213,63 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
                 if qd.exists() else "")
         raise NsysError(f"nsys finished but wrote no {rep.name}{hint}; its output:\n{_tail(output)}")
     return Recording(nsys_rep=rep, log=log, argv=argv, wall_s=round(time.monotonic() - t0, 3), nsys=exe)
+
+
+@contextlib.contextmanager
+def _reserve(rep: Path, db: Path, log: Path, overwrite: bool):
+    """Reserve a report name for one run and yield its log, open for writing.
+
+    The log is locked (``flock``) for the whole run, so a second run of the same name is refused
+    instead of writing over the first one's files; without ``overwrite`` the report name is
+    also taken with ``O_EXCL`` (an empty placeholder nsys replaces), so an existing report is
+    never touched. Raises ReportExistsError, OutputError.
+    """
+    try:
+        try:
+            fd, created = os.open(log, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            fd, created = os.open(log, os.O_RDWR), False
+    except OSError as exc:
+        raise output_error(log, exc, need_bytes=PROFILE_SPACE) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ReportExistsError(f"{rep} is being recorded by another run right now (its log {log} is in use): "
+                                    f"choose another name, or wait for that run to finish") from None
+        try:
+            if overwrite:
+                for p in (rep, db):
+                    p.unlink(missing_ok=True)
+            elif db.exists():
+                raise FileExistsError(db)
+            os.close(os.open(rep, os.O_WRONLY | os.O_CREAT | (0 if overwrite else os.O_EXCL), 0o644))
+        except FileExistsError as exc:
+            raise ReportExistsError(f"{exc.filename or rep} already exists: pass overwrite=True (CLI: --overwrite) "
+                                    f"or choose another name") from None
+        except OSError as exc:
+            raise output_error(rep, exc, need_bytes=PROFILE_SPACE) from None
+    except BaseException:
+        if created:
+            log.unlink(missing_ok=True)
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    with os.fdopen(fd, "w") as logf:  # closing it releases the lock
+        try:
+            yield logf
+        finally:
+            if rep.exists() and rep.stat().st_size == 0:
+                rep.unlink()  # the reservation, never filled: whatever stopped the run
+
+
+def _remove_stream_files(output: str, outdir: Path) -> None:
+    """Delete the temporary ``/tmp/nsys-report-*.qdstrm`` that nsys named in its output and left
+    behind (it does when stopped while importing); a .qdstrm beside the report is kept."""
+    for name in re.findall(r"Generating '([^']+\.qdstrm)'", output):
+        path = Path(name)
+        if path.name.startswith("nsys-report-") and path.parent.resolve() != outdir.resolve():
+            path.unlink(missing_ok=True)
 
 
 def _progress_bar(label: str, progress: bool):
@@ -213,23 +290,70 @@ def _progress_bar(label: str, progress: bool):
         return None
 
 
-def _wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> None:
+def _wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> int:
+    """Wait for nsys; returns how many times it was interrupted (0, 1, 2). Ctrl-C (or a Jupyter
+    interrupt) hands nsys one SIGINT, on which it stops the program and writes the report; a
+    second Ctrl-C kills nsys, its agent and the program, and deletes the agent's .qdstrm. Every
+    process nsys started is ended before this returns."""
+    import psutil
+
     bar = _progress_bar(label, progress)
+    interrupted, doomed, streams = 0, [], []
     try:
-        while True:
+        while proc.poll() is None:
             try:
                 proc.wait(timeout=0.5)
-                break
             except subprocess.TimeoutExpired:
                 if bar is not None:
                     bar.refresh()
-    except KeyboardInterrupt:
-        proc.terminate()
-        proc.wait()
-        raise
+            except KeyboardInterrupt:
+                interrupted += 1
+                doomed += _session(proc)
+                if interrupted == 1:
+                    proc.send_signal(signal.SIGINT)
+                    continue
+                for p in doomed:  # the second Ctrl-C: give up the report
+                    with contextlib.suppress(psutil.Error):
+                        streams += [f.path for f in p.open_files() if f.path.endswith(".qdstrm")]
+                proc.kill()
     finally:
         if bar is not None:
             bar.close()
+    # the program runs in its own session under nsys: make sure nothing outlives an interrupted run
+    if interrupted == 1:
+        doomed = [p for p in doomed if "--start-agent" not in _cmdline(p)]  # it ends once the report is written
+    alive = [p for p in doomed if p.is_running()]
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(alive, timeout=5)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    for path in streams:
+        Path(path).unlink(missing_ok=True)
+    return interrupted
+
+
+def _cmdline(p) -> str:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return " ".join(p.cmdline())
+    return ""
+
+
+def _session(proc: subprocess.Popen) -> list:
+    """nsys's processes: its children, and the agent it starts apart (named after nsys's pid)."""
+    import psutil
+
+    found = []
+    with contextlib.suppress(psutil.Error):
+        found = psutil.Process(proc.pid).children(recursive=True)
+    for p in psutil.process_iter():
+        if re.search(rf"--session-name=profile-\S*-{proc.pid}(\s|$)", _cmdline(p)):
+            found.append(p)
+    return found
 
 
 # tables every finished export has, whatever was traced (a failed export leaves StringIds and
@@ -290,6 +414,8 @@ def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, 
             and export_is_complete(db)):
         return db
     exe = _nsys_or_raise(nsys)
+    need = (16 << 20) + 10 * rep_path.stat().st_size  # an export is a few times its report
+    check_writable(db.parent, need_bytes=need, what="export the report into")
     tmp = db.with_name(f".{db.stem}.{os.getpid()}.partial.sqlite")
     argv = [exe, "export", "--type=sqlite", f"--output={tmp}", "--force-overwrite=true", str(rep_path)]
     t0 = time.monotonic()
@@ -298,8 +424,10 @@ def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, 
         if out.returncode != 0 or not tmp.exists() or not export_is_complete(tmp):
             theirs, ours = report_version(rep_path), nsys_version(exe)
             if theirs and ours and _major_minor(theirs) > _major_minor(ours):
-                raise NsysError(f"{rep_path} was written by nsys {theirs}; the installed {ours} cannot read it: "
+                mm = ".".join(map(str, _major_minor(theirs))), ".".join(map(str, _major_minor(ours)))
+                raise NsysError(f"{rep_path} was written by nsys {mm[0]}; the installed {mm[1]} cannot read it: "
                                 f"export it with a newer nsys, or pass the .sqlite")
+            check_writable(db.parent, need_bytes=need, what="export the report into")  # a disk filled meanwhile
             raise NsysError(f"nsys export of {rep_path} failed (status {out.returncode}); its output:\n"
                             f"{_tail(out.stdout + out.stderr)}")
         os.replace(tmp, db)
@@ -309,5 +437,5 @@ def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, 
     finally:
         tmp.unlink(missing_ok=True)
     if progress:
-        print(f"nsys export {rep_path.name}: {time.monotonic() - t0:.1f} s", file=sys.stderr)
+        print(f"nsys export {rep_path.name}: {time.monotonic() - t0:.1f} s", flush=True)  # stdout: not an error
     return db

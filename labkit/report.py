@@ -281,7 +281,11 @@ def profile(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profi
     """
     rec = _nsys.record(command, name=name, trace=trace, outdir=outdir, capture_range=capture_range,
                        nsys_args=nsys_args, env=env, overwrite=overwrite, progress=progress, nsys=nsys)
-    _nsys.export_sqlite(rec.nsys_rep, nsys=rec.nsys, progress=progress)
+    try:
+        _nsys.export_sqlite(rec.nsys_rep, nsys=rec.nsys, progress=progress)
+    except KeyboardInterrupt:  # the export leaves nothing partial; the report itself is whole
+        raise KeyboardInterrupt(f"interrupted while exporting; the report is kept: {rec.nsys_rep} "
+                                f"(labkit.load_report exports it again)") from None
     report = load_report(rec.nsys_rep, nsys=rec.nsys)
     report.log_path = rec.log
     report.meta["profile_command"] = shlex.join(rec.argv)

@@ -1,12 +1,17 @@
 """Run the lab's notebooks as a participant does: JupyterLab in headless Chromium, Run All Cells.
 
-    python scripts/browser_lab.py [00 01 07 | all] [--mode small] [--shots reports/browser]
+    python scripts/browser_lab.py [00 01 07 | all] [--mode small] [--shots reports/browser] [--solutions]
 
 JupyterLab starts through scripts/jupyter_lab.py (what `make jupyter` runs) on a free local
 port; Debian's ``chromium`` and ``chromium-driver`` are driven with selenium (never a
 downloaded browser). For each notebook: open it, Run All Cells from the Run menu, wait for an
 idle kernel, then read what the page shows: code cells that ran, error and stderr outputs,
-images that did not load. tests/test_browser.py asserts on what :func:`run_notebook` returns.
+images that did not load, files written outside ``reports/`` and ``data/`` or under the
+server's own ``$HOME`` (a fresh folder; :data:`HOME_CACHES` lists what the lab may leave there).
+With ``--solutions`` the exercise solutions (the fenced python blocks of each
+``<details><summary>Solution</summary>`` cell) are then appended as new cells in the browser,
+never saved, and run and checked the same way. tests/test_browser.py asserts on what
+:func:`run_notebook` returns.
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -35,6 +41,19 @@ CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                 "--disable-dev-shm-usage", "--window-size=1280,900")
 # JupyterLab would autosave the executed notebook over the committed one (outputs and all).
 # The news pop-up would cover the screenshots.
+# What the lab leaves under $HOME, each for a reason; anything else there is a finding.
+HOME_CACHES = {
+    ".cache/labkit": "converted models (ONNX, INT8, TensorRT engines) and nsys exports, reused across runs",
+    ".cache/matplotlib": "matplotlib's font list, built once",
+    ".config/matplotlib": "matplotlib's configuration folder, created empty",
+    ".local/share/jupyter": "Jupyter's connection files (runtime/; a server stopped by a signal without a "
+                            "terminal leaves them) and notebook trust database (nbsignatures.db, notebook_secret)",
+    ".ipython/profile_default": "IPython's input history of the kernels (history.sqlite)",
+    ".cache/Microsoft": "ONNX Runtime's device id and usage database (.onnxruntime/), written on import",
+}
+# Folders a run may write in the checkout: its reports and the sample video; git's, pytest's
+# and the venv's own are not the lab's.
+ALLOWED = ("reports", "data", ".git", ".venv", ".pytest_cache")
 LAB_SETTINGS = {"@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
                 "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"}}
 
@@ -66,6 +85,7 @@ class Lab:
     token: str
     proc: subprocess.Popen
     log: Path
+    home: Path  # $HOME of the server and its kernels: what the lab writes there shows
 
     def api(self, path: str):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/{path}?token={self.token}", timeout=10) as r:
@@ -86,23 +106,29 @@ class Lab:
 @contextlib.contextmanager
 def serve(*, mode: str = "small", reports: Path, notebook_dir: Path = jupyter_lab.NOTEBOOKS, timeout: float = 120):
     """JupyterLab on a free local port, started as `make jupyter` starts it, with the runs'
-    reports under ``reports`` and a fresh workspace and settings folder (no autosave)."""
-    home = Path(tempfile.mkdtemp(prefix="labkit-jlab-"))
+    reports under ``reports``, a fresh workspace and settings folder (no autosave) and a fresh
+    ``$HOME`` whose ``.cache/labkit`` is the user's own (converted models are reused)."""
+    tmp = Path(tempfile.mkdtemp(prefix="labkit-jlab-"))
     for name, value in LAB_SETTINGS.items():
-        (home / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
-        (home / "settings" / name).write_text(json.dumps(value))
+        (tmp / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / "settings" / name).write_text(json.dumps(value))
+    home = tmp / "home"
+    (home / ".cache").mkdir(parents=True)
+    (Path.home() / ".cache" / "labkit").mkdir(parents=True, exist_ok=True)
+    (home / ".cache" / "labkit").symlink_to(Path.home() / ".cache" / "labkit")
     port, token = free_port(), os.urandom(16).hex()
     env = jupyter_lab.lab_env(mode=mode)
-    env["LABKIT_REPORTS"] = str(reports)
-    # checkpoints too: opening a notebook writes notebooks/.ipynb_checkpoints/, which the test
-    # would (rightly) count as a file written outside reports/ and data/
-    extra = [f"--LabApp.user_settings_dir={home / 'settings'}", f"--LabApp.workspaces_dir={home / 'workspaces'}",
-             f"--FileCheckpoints.checkpoint_dir={home / 'checkpoints'}"]
-    log = home / "jupyterlab.log"
+    env.update(LABKIT_REPORTS=str(reports), HOME=str(home))
+    # The app object in the page (window.jupyterapp) is how solutions are added as cells
+    # without touching the file. Checkpoints go where the launcher puts them (under reports).
+    extra = [f"--LabApp.user_settings_dir={tmp / 'settings'}", f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+             "--LabApp.expose_app_in_browser=True"]
+    log = tmp / "jupyterlab.log"
+    argv = jupyter_lab.command(port=port, token=token, notebook_dir=notebook_dir,
+                               checkpoints=jupyter_lab.checkpoints_dir(env), extra=extra)
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(jupyter_lab.command(port=port, token=token, notebook_dir=notebook_dir, extra=extra), env=env, cwd=ROOT,
-                                stdout=fh, stderr=subprocess.STDOUT)
-    lab = Lab(port, token, proc, log)
+        proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
+    lab = Lab(port, token, proc, log, home)
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -120,7 +146,7 @@ def serve(*, mode: str = "small", reports: Path, notebook_dir: Path = jupyter_la
             proc.wait(20)
         except subprocess.TimeoutExpired:
             proc.kill()
-        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -153,7 +179,15 @@ class Outcome:
     errors: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
     broken_images: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)  # files and folders written outside reports/, data/
+    home_written: list[str] = field(default_factory=list)  # under $HOME, outside HOME_CACHES
+    solution_cells: int = 0  # code cells appended from the solutions (the last ones)
     timed_out: bool = False
+
+    @property
+    def clean(self) -> bool:
+        return not (self.not_run or self.errors or self.stderr or self.broken_images or self.written
+                    or self.home_written or self.timed_out or not self.code_cells)
 
 
 # Reads the visible notebook. JupyterLab 4 windows its cells with content-visibility, so text
@@ -174,6 +208,59 @@ return {
       i => [i.complete && i.naturalWidth > 0, (i.getAttribute('src') || '').slice(0, 60)]),
 };
 """
+
+
+_SOLUTION = re.compile(r"<details>\s*<summary>\s*Solution\s*</summary>(.*?)</details>", re.S)
+_FENCE = re.compile(r"```python\n(.*?)```", re.S)
+
+
+def solutions(path: Path) -> list[str]:
+    """The code of an exercise solution, block by block: each fenced python block inside a
+    ``<details><summary>Solution</summary>`` markdown cell, in notebook order."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    return [code.strip() for c in nb.cells if c.cell_type == "markdown"
+            for block in _SOLUTION.findall(c.source) for code in _FENCE.findall(block)]
+
+
+# Appends cells to the open notebook's model (not the file: autosave is off) and runs them.
+_APPEND_AND_RUN = """
+const [path, sources] = arguments;
+const app = window.jupyterapp;
+const panel = [...app.shell.widgets('main')].find(w => w.context && w.context.path === path);
+if (!panel) return null;
+app.shell.activateById(panel.id);
+const nb = panel.content, start = nb.model.cells.length;
+nb.model.sharedModel.insertCells(start, sources.map(s => ({cell_type: 'code', source: s, metadata: {}})));
+nb.activeCellIndex = start;
+nb.deselectAll();
+app.commands.execute('notebook:run-all-below');
+return start;
+"""
+
+
+def snapshot(root: Path, *, skip: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
+    """Every file and folder under ``root`` (not following links) with its mtime and size, the
+    top-level folders in ``skip`` and Python's bytecode caches left out."""
+    snap = {}
+    for dirpath, dirnames, files in os.walk(root):
+        rel = Path(dirpath).relative_to(root)
+        dirnames[:] = [d for d in dirnames if d != "__pycache__" and not (not rel.parts and d in skip)]
+        for name in dirnames + files:
+            st = (Path(dirpath) / name).lstat()
+            snap[str(rel / name) + ("/" if name in dirnames else "")] = (st.st_mtime_ns, st.st_size)
+    return snap
+
+
+def changed(before: dict, after: dict, *, allowed: tuple[str, ...] = ()) -> list[str]:
+    """Paths new, changed or gone between two snapshots, those under ``allowed`` prefixes left out."""
+    keys = {k for k in after.keys() | before.keys() if before.get(k) != after.get(k)}
+    # a folder's mtime changes when a file in it does: the file is the finding, not the folder
+    keys = {k for k in keys if not (k.endswith("/") and k in before and k in after)}
+    inside = [a.rstrip("/") + "/" for a in allowed]
+    # a new folder on the way to an allowed one (.config/ for .config/matplotlib/) is allowed too
+    return sorted(k for k in keys if not any(k.startswith(a) or (k.endswith("/") and a.startswith(k)) for a in inside))
 
 
 def _read(driver) -> dict | None:
@@ -223,10 +310,14 @@ def _wait(cond, timeout: float, step: float = 1.0):
     return None
 
 
-def run_notebook(driver, lab: Lab, name: str, *, timeout: float = 900, shot: Path | None = None) -> Outcome:
-    """Open ``notebooks/<name>``, Run All Cells, wait for the kernel to go idle; report the page."""
+def run_notebook(driver, lab: Lab, name: str, *, timeout: float = 900, shot: Path | None = None,
+                 solutions_of: Path | None = None, watch: Path = ROOT) -> Outcome:
+    """Open ``<notebook dir>/<name>``, Run All Cells, wait for the kernel to go idle; then, with
+    ``solutions_of`` (a notebook file), append its solutions as cells and run them; report the
+    page and what was written under ``watch`` (outside reports/, data/) and under ``$HOME``."""
     from selenium.webdriver.common.by import By
 
+    before, home_before = snapshot(watch, skip=ALLOWED), snapshot(lab.home)
     driver.get(lab.url(f"lab/tree/{name}") + "&reset")  # reset: no tabs restored from a workspace
     if not _wait(lambda: (_read(driver) or {}).get("prompts") and _kernel_idle(lab, name), 120):
         raise RuntimeError(f"{name}: the notebook or its kernel did not come up in JupyterLab within 120 s")
@@ -241,8 +332,20 @@ def run_notebook(driver, lab: Lab, name: str, *, timeout: float = 900, shot: Pat
         # the kernel goes idle between cells: done when idle and no cell is queued or running
         return page if page and not any("*" in p for p in page["prompts"]) and _kernel_idle(lab, name) else None
 
-    time.sleep(2)
-    page = _wait(lambda: _wait(finished, 1, 0.5) and _wait(finished, 3, 3), timeout, 2)  # idle twice, 3 s apart
+    def settled(limit: float):
+        time.sleep(2)
+        return _wait(lambda: _wait(finished, 1, 0.5) and _wait(finished, 3, 3), limit, 2)  # idle twice, 3 s apart
+
+    settled(timeout)
+    code = solutions(solutions_of) if solutions_of else []
+    if code and time.monotonic() - t0 < timeout:
+        start = driver.execute_script(_APPEND_AND_RUN, name, code)
+        if start is None:
+            raise RuntimeError(f"{name}: no open notebook panel to append the solutions to")
+        # the first solution cell is queued ([*]) or done before 'finished' may count idle as done
+        _wait(lambda: (p := (_read(driver) or {}).get("prompts", [])) and len(p) > start and p[start].strip("[]: "),
+              60, 0.5)
+        settled(timeout - (time.monotonic() - t0))
     seconds = time.monotonic() - t0
     _scroll_through(driver)
     page = _read(driver) or {"prompts": [], "errors": [], "stderr": [], "images": []}
@@ -257,7 +360,9 @@ def run_notebook(driver, lab: Lab, name: str, *, timeout: float = 900, shot: Pat
                    not_run=[i + 1 for i, p in enumerate(prompts) if not any(ch.isdigit() for ch in p)],
                    errors=page["errors"], stderr=page["stderr"],
                    broken_images=[src for ok, src in page["images"] if not ok],
-                   timed_out=seconds >= timeout)
+                   written=changed(before, snapshot(watch, skip=ALLOWED)),
+                   home_written=changed(home_before, snapshot(lab.home), allowed=tuple(HOME_CACHES)),
+                   solution_cells=len(code), timed_out=seconds >= timeout)
 
 
 def notebooks(which: list[str]) -> list[str]:
@@ -278,18 +383,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", default="small", choices=jupyter_lab.MODES)
     p.add_argument("--shots", type=Path, default=ROOT / "reports" / "browser")
     p.add_argument("--reports", type=Path, default=None, help="LABKIT_REPORTS for the runs (default: a temp folder)")
+    p.add_argument("--solutions", action="store_true",
+                   help="after Run All, append each exercise solution as cells (never saved) and run them too")
     args = p.parse_args(argv)
     why = missing()
     if why:
         print(f"browser_lab: {why}", file=sys.stderr)
         return 2
     reports = args.reports or Path(tempfile.mkdtemp(prefix="labkit-browser-reports-"))
-    bad = 0
+    bad: list[str] = []
     with serve(mode=args.mode, reports=reports) as lab, chromium() as driver:
         for name in notebooks(args.which):
-            out = run_notebook(driver, lab, name, shot=args.shots / f"{name[:-6]}.png")
-            bad += bool(out.not_run or out.errors or out.stderr or out.broken_images or out.timed_out)
+            out = run_notebook(driver, lab, name, shot=args.shots / f"{name[:-6]}.png",
+                               solutions_of=ROOT / "notebooks" / name if args.solutions else None)
+            bad += [] if out.clean else [name]
             print(json.dumps(out.__dict__), flush=True)
+    if bad:  # the JSON lines above say what each showed
+        print(f"browser_lab: not clean in the browser: {', '.join(bad)}", file=sys.stderr)
     return 1 if bad else 0
 
 

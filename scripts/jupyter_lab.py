@@ -5,7 +5,10 @@
 - runs as root (workshop containers and cloud VMs usually do) by adding ``--allow-root``;
 - the notebooks read ``LABKIT_MODE``: ``--mode`` (or ``MODE=`` through make) sets it;
 - the token is ``$JUPYTER_TOKEN`` (Jupyter's standard variable), else a fresh random one;
-- prints the URL with its token on one line, the line to paste into a browser.
+- prints the URL with its token on one line, the line to paste into a browser;
+- keeps JupyterLab's checkpoints in ``<reports>/checkpoints/`` (``$LABKIT_REPORTS``, else
+  ``reports/``), not in ``notebooks/.ipynb_checkpoints/``: the lab writes only under ``reports/``
+  and ``data/`` (what the browser test checks).
 
 The browser test (tests/test_browser.py) starts JupyterLab through :func:`command` and
 :func:`lab_env`, so what it tests is what `make jupyter` runs.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -25,12 +29,19 @@ NOTEBOOKS = ROOT / "notebooks"
 MODES = ("small", "full")
 
 
+def checkpoints_dir(env: dict | None = None) -> Path:
+    """Where JupyterLab keeps its checkpoints: ``checkpoints/`` in the reports folder."""
+    reports = (os.environ if env is None else env).get("LABKIT_REPORTS") or ROOT / "reports"
+    return (ROOT / reports / "checkpoints").resolve()  # a relative LABKIT_REPORTS is the project's
+
+
 def command(*, port: int, ip: str = "127.0.0.1", token: str, notebook_dir: Path = NOTEBOOKS,
-            extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+            checkpoints: Path | None = None, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
     """The ``jupyter lab`` command line (JupyterLab of this interpreter's environment)."""
     argv = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ip={ip}", f"--port={port}",
             "--port-retries=0",  # a taken port is an error, not a silent move to another port
-            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={notebook_dir}"]
+            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={notebook_dir}",
+            f"--FileCheckpoints.checkpoint_dir={checkpoints or checkpoints_dir()}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         argv.append("--allow-root")
     return argv + list(extra)
@@ -70,10 +81,17 @@ def main(argv: list[str] | None = None) -> int:
     env["JUPYTER_TOKEN"] = token
     print(f"JupyterLab ({env.get('LABKIT_MODE', 'full')} mode) at: {url(port=args.port, ip=args.ip, token=token)}",
           flush=True)
-    try:
-        return subprocess.call(command(port=args.port, ip=args.ip, token=token), env=env, cwd=ROOT)
-    except KeyboardInterrupt:  # Ctrl-C stops the server; its own shutdown message is enough
-        return 0
+    server = subprocess.Popen(command(port=args.port, ip=args.ip, token=token, checkpoints=checkpoints_dir(env)),
+                              env=env, cwd=ROOT)
+    # `kill` of this launcher (SIGTERM) stops the server too, instead of leaving it orphaned
+    signal.signal(signal.SIGTERM, lambda *_: server.terminate())
+    while True:
+        try:
+            return server.wait()
+        except KeyboardInterrupt:
+            # Ctrl-C reached the server too (one process group): let it ask its question (a second
+            # Ctrl-C skips it) and shut its kernels down itself, rather than killing it mid-way
+            continue
 
 
 if __name__ == "__main__":

@@ -68,8 +68,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("osd", "--osd", "draw boxes and ids on the frames (--no-osd: no drawing)", default=True, kind="toggle"),
     Option("gpu_preprocess", "--gpu-preprocess", "upload uint8 frames (pinned) and resize on the GPU", default=False,
            kind="switch"),
-    Option("precision", "--precision", "numeric precision of the detector", default="fp32", type=str,
+    Option("precision", "--precision", "numeric precision of the detector (fp32 on an Ampere or Hopper GPU runs "
+           "its convolutions as TF32 under PyTorch's defaults: see --tf32)", default="fp32", type=str,
            choices=("fp32", "fp16", "int8")),
+    Option("tf32", "--tf32", "TF32 for FP32 convolutions and matmuls on Ampere/Hopper GPUs (unset: PyTorch's "
+           "default, TF32 convolutions but not matmuls; off: true FP32, for the comparison)", type=str,
+           choices=("on", "off")),
     Option("backend", "--backend", "inference backend (source_code.backends.make_backend)", default="torch",
            type=str, choices=("torch", "onnxruntime", "tensorrt")),
     Option("interval", "--interval", "run the detector on every K-th frame; track in between", default=1, type=int,
@@ -92,6 +96,8 @@ OPTIONS: tuple[Option, ...] = (
            "ceiling for frames/s)", default=False, kind="switch"),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
+TF32 = {None: None, "on": True, "off": False, True: True, False: False}
+"""``--tf32`` (or a bool given through the API) as ``make_backend(tf32=...)`` takes it (None: PyTorch's defaults)."""
 
 # fields without a default (``inputs``) must come first
 PipelineConfig = dataclasses.make_dataclass(

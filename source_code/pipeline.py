@@ -26,17 +26,17 @@ from labkit import annotate
 from source_code import checks
 from source_code.errors import EXIT_FAILED, EXIT_OOM, EXIT_UNAVAILABLE, PipelineError, first_line, \
     out_of_memory_is_exit_4, out_of_memory_message
-from source_code.options import PipelineConfig
+from source_code.options import TF32, PipelineConfig
 from source_code.results import NO_ACCURACY, StatsSink, accuracy, warmup_batches
 from source_code.runner import run_queued, run_sync
 from source_code.scenes import CLASS_NAMES
 from source_code.sources import Muxer, VideoSource
-from source_code.stages import Display, Infer, Postprocess, Preprocess, Track
+from source_code.stages import Display, Infer, Postprocess, Preprocess, Track, stage_cuda_ms
 
 __all__ = ["PipelineConfig", "PipelineError", "run_pipeline"]
 
 
-def _detector(cfg: Any, device, input_hw):
+def _detector(cfg: Any, device, input_hw, n_streams: int = 1):
     """Load the detector and build its inference backend: (model info for the results, backend)."""
     from source_code import backends
     from source_code.detector import DEFAULT_WEIGHTS, count_flops, load_detector
@@ -57,9 +57,12 @@ def _detector(cfg: Any, device, input_hw):
                   "gflops_per_frame": round(flops / 1e9, 3),
                   "flops_convention": "FlopCounterMode, 2 FLOPs per multiply-accumulate, at input_hw"}
     try:
+        # the sizes the run calls with (--interval, --streams), prepared before the first frame
+        sizes = backends.expected_batch_sizes(cfg.batch_size, interval=cfg.interval, streams=n_streams)
         infer_fn = backends.make_backend(model, backend=cfg.backend, precision=cfg.precision, device=device,
                                          batch_size=cfg.batch_size, channels_last=cfg.channels_last,
-                                         cuda_graphs=cfg.cuda_graphs, compile=cfg.compile, input_hw=input_hw)
+                                         cuda_graphs=cfg.cuda_graphs, compile=cfg.compile, input_hw=input_hw,
+                                         batch_sizes=sizes, tf32=TF32[cfg.tf32])
     except backends.BackendUnavailable as e:
         oom = out_of_memory_message(e, cfg)  # an engine build that ran out of memory
         raise PipelineError(oom or str(e), EXIT_OOM if oom else EXIT_UNAVAILABLE) from None
@@ -119,10 +122,12 @@ def _open_sources(cfg: Any, out_path: Path | None) -> list[VideoSource]:
 
 
 def _stages(cfg: Any, device, input_hw, infer_fn, display: Display, n_streams: int) -> list:
+    wait = not cfg.queues  # one thread: each GPU stage's host range covers its own GPU work
     return [
-        ("preprocess", Preprocess(device=device, input_hw=input_hw, gpu=cfg.gpu_preprocess)),
-        ("infer", Infer(infer_fn, device=device)),
-        ("postprocess", Postprocess(input_hw=input_hw)),
+        ("preprocess", Preprocess(device=device, input_hw=input_hw, gpu=cfg.gpu_preprocess,
+                                  channels_last=cfg.channels_last, host_wait=wait)),
+        ("infer", Infer(infer_fn, device=device, host_wait=wait)),
+        ("postprocess", Postprocess(input_hw=input_hw, device=device)),
         ("track", Track(n_streams)),
         ("display", display),
     ]
@@ -134,9 +139,9 @@ def _run(muxer: Muxer, stages: list, sink: StatsSink, cfg: Any, device, warnings
     try:
         with _profiler_range(device):
             if cfg.queues and stages:
-                run_queued(muxer, stages, sink, queue_size=cfg.queue_size)
+                run_queued(muxer, stages, sink, queue_size=cfg.queue_size, device=device)
             else:
-                run_sync(muxer, stages, sink)
+                run_sync(muxer, stages, sink, device=device)
     except PipelineError:
         raise
     except (cv2.error, RuntimeError, ValueError, OSError, MemoryError) as e:
@@ -170,7 +175,7 @@ def run_pipeline(cfg: Any, *, progress: Callable[[str], None] | None = None, ran
     try:
         with out_of_memory_is_exit_4(cfg):
             if not cfg.decode_only:  # decode-only: the same sources and decoder threads, no stage after
-                model_info, infer_fn = _detector(cfg, device, input_hw)
+                model_info, infer_fn = _detector(cfg, device, input_hw, len(sources))
                 gt, gt_file = _ground_truth(cfg.inputs[0], warnings)
                 display = Display(osd=cfg.osd, output=out_path, fps=sources[0].fps, class_names=CLASS_NAMES)
                 stages = _stages(cfg, device, input_hw, infer_fn, display, len(sources))
@@ -201,11 +206,11 @@ def run_pipeline(cfg: Any, *, progress: Callable[[str], None] | None = None, ran
     if rank is not None:
         rank.finished(sink, gt)
     return _document(cfg, sink, sources, status, warnings, device=device, input_hw=input_hw, out_path=out_path,
-                     model_info=model_info, infer_fn=infer_fn, gt=gt, gt_file=gt_file, display=display)
+                     model_info=model_info, infer_fn=infer_fn, gt=gt, gt_file=gt_file, display=display, stages=stages)
 
 
 def _document(cfg: Any, sink: StatsSink, sources: list[VideoSource], status: str, warnings: list[str], *,
-              device, input_hw, out_path, model_info, infer_fn, gt, gt_file, display) -> dict:
+              device, input_hw, out_path, model_info, infer_fn, gt, gt_file, display, stages=()) -> dict:
     """The results document of a finished run (fields: ``labkit.annotate.RESULTS_FIELDS``)."""
     if sink.frames == 0:
         raise PipelineError(f"{cfg.inputs[0]} has no decodable frames (empty, damaged or truncated video)", EXIT_FAILED)
@@ -215,6 +220,9 @@ def _document(cfg: Any, sink: StatsSink, sources: list[VideoSource], status: str
             warnings.append(f"{s.path}: decoding stopped at frame {s.count} of {s.declared} declared "
                             f"(damaged or truncated file){': ' + s.error if s.error else ''}; frames so far kept")
     figures = sink.figures()
+    for name, ms in stage_cuda_ms(stages, skip_batches=sink.warmup_batches).items():  # GPU time beside host time
+        if name in figures["stage_detail"]:
+            figures["stage_detail"][name]["cuda_ms"] = round(ms, 4)
     if figures["seconds"] is None:
         warnings.append("every batch was warm-up: no timing (lower --warmup)")
     n0 = sources[0].count

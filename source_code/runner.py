@@ -1,6 +1,7 @@
 """The runners: compose the stages over the muxer's batches, in this thread (``run_sync``) or
 one thread per stage joined by bounded queues (``run_queued``). Both call every stage through
-``call_stage`` and hand each finished batch, stamped with ``done_ns``, to a sink.
+``call_stage`` and hand each finished batch, stamped with ``done_ns``, to a sink. On CUDA every
+thread that runs stages first makes the run's device its current device (``use_device``).
 """
 from __future__ import annotations
 
@@ -23,8 +24,26 @@ def call_stage(name: str, fn: Callable[[Batch], Batch], b: Batch) -> Batch:
         return fn(b)
 
 
-def run_sync(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None]) -> None:
+def use_device(device):
+    """Make ``device`` (``cuda``, ``cuda:N``) this thread's current CUDA device and return it with
+    its index (a bare ``cuda`` is this thread's current device); CPU or None: nothing, returned as is.
+
+    A new thread starts on cuda:0, so with ``cuda:N`` every stage thread must say so first:
+    work that a stage or a library launches on "the current device" would otherwise land on 0."""
+    if device is None or device.type != "cuda":
+        return device
+    import torch
+
+    from source_code.backends.base import parse_device
+
+    device = parse_device(device)
+    torch.cuda.set_device(device)
+    return device
+
+
+def run_sync(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None], *, device=None) -> None:
     """Run every stage in this thread, batch after batch."""
+    use_device(device)
     while True:
         if muxer.threaded:
             b = muxer()
@@ -40,8 +59,9 @@ def run_sync(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None]) -> Non
 
 
 def run_queued(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None], *,
-               queue_size: int) -> None:
+               queue_size: int, device=None) -> None:
     """Run each stage in its own thread, connected by bounded queues; re-raise the first error."""
+    device = use_device(device)  # resolved here: a bare "cuda" means this thread's device, not 0
     errors: list[BaseException] = []
     stop = threading.Event()
     qs = [queue.Queue(maxsize=queue_size) for _ in range(len(stages) + 1)]
@@ -66,6 +86,7 @@ def run_queued(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None], *,
 
     def worker(k: int, name: str, fn: Callable):
         try:
+            use_device(device)
             while True:
                 b = get(qs[k])
                 if b is None:

@@ -6,6 +6,7 @@ return it (decode happens in ``source_code.sources``). One runner composes them
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -38,16 +39,89 @@ class Batch:
     dets: list = field(default_factory=list)  # per frame (K, 6) [x1,y1,x2,y2,score,cls] or None
     tracks: list = field(default_factory=list)  # per frame (K, 7) [x1,y1,x2,y2,cls,track_id,score]
     done_ns: int = 0
+    ready: object = None  # CUDA event after ``tensor`` was written (preprocess's stream); None on CPU
+    done: object = None  # CUDA event after ``outputs`` were written (``backend.event``); None on CPU
 
     def items(self, stage: str) -> int:
         """Frames that ``stage`` works on in this batch (its NVTX range's item count)."""
         return sum(self.detect) if stage in DETECTOR_STAGES else len(self.frames)
 
 
-class Preprocess:
-    """Resize + BGR->RGB + /255 for the frames the detector will see; CPU or GPU (pinned upload)."""
+class GpuWork:
+    """A stage's CUDA stream and the CUDA-event times of its GPU work, per batch (ms); on CPU
+    (``stream`` None) the same calls run the work as is (``source_code/GPU_STREAMS.md``).
 
-    def __init__(self, *, device, input_hw: tuple[int, int], gpu: bool):
+    ``host_wait``: the host waits for the stage's own work of the batch before the stage
+    returns (the sync runner: its host range then covers that work; one event, not the device).
+    """
+
+    def __init__(self, device, *, stream=None, host_wait: bool = False):
+        import torch
+
+        self.torch = torch
+        self.device = device
+        if device.type == "cuda" and stream is None:
+            from source_code.backends.base import parse_device
+
+            stream = torch.cuda.Stream(device=parse_device(device))
+        self.stream = stream if device.type == "cuda" else None
+        self.host_wait = host_wait
+        self.last = None  # end event of the last batch's work; None on CPU
+        self._pending: list = []  # (batch index, start event, end event) not read yet
+        self._ms: list = []  # (batch index, GPU ms)
+
+    @contextlib.contextmanager
+    def timed(self, b: Batch, *, wait=None):
+        """Run the block's GPU work on this stage's stream after ``wait`` (an event: GPU-side),
+        between two timing events; ``self.last`` is the end event afterwards."""
+        if self.stream is None:
+            yield
+            return
+        cuda = self.torch.cuda
+        if wait is not None:
+            self.stream.wait_event(wait)  # before ``start``: waiting is not this stage's work
+        start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+        with cuda.stream(self.stream):
+            start.record(self.stream)
+            yield
+            end.record(self.stream)
+        self._pending.append((b.index, start, end))
+        self.last = end
+        if self.host_wait:
+            end.synchronize()
+        self._read(block=False)
+
+    def _read(self, *, block: bool) -> None:
+        """Turn finished event pairs into ms (``query`` does not block), so that only the
+        batches still in flight hold events; ``block`` waits for them all (end of run)."""
+        done = 0
+        for index, start, end in self._pending:
+            if not block and not end.query():
+                break
+            end.synchronize()
+            self._ms.append((index, start.elapsed_time(end)))
+            done += 1
+        del self._pending[:done]
+
+    def total_ms(self, *, skip_batches: int = 0) -> float | None:
+        """GPU time of the stage's work, ms, summed over batches from ``skip_batches`` on; None on CPU."""
+        if self.stream is None:
+            return None
+        self._read(block=True)
+        return sum(ms for index, ms in self._ms if index >= skip_batches)
+
+
+class Preprocess:
+    """Resize + BGR->RGB + /255 for the frames the detector will see; CPU or GPU (pinned upload).
+
+    On CUDA the upload and resize run on this stage's stream and ``b.ready`` is recorded after
+    them. Two pinned buffers are used alternately, and the copy runs on this stream, not the
+    detector's: staging batch i+1 waits only for the copy out of the same buffer two batches
+    ago, and the copy itself can overlap the forward pass of batch i (queued runner).
+    """
+
+    def __init__(self, *, device, input_hw: tuple[int, int], gpu: bool, channels_last: bool = False,
+                 host_wait: bool = False):
         import torch
 
         from source_code.detector import preprocess_frames, preprocess_frames_torch
@@ -56,6 +130,8 @@ class Preprocess:
         self.device = device
         self.input_hw = input_hw
         self.gpu = gpu
+        self.channels_last = channels_last
+        self.work = GpuWork(device, host_wait=host_wait)
         self._cpu = preprocess_frames
         self._gpu = preprocess_frames_torch
         self._pinned: dict = {}
@@ -64,6 +140,8 @@ class Preprocess:
 
     def _upload(self, frames: list) -> "object":
         torch = self.torch
+        if self.device.type != "cuda":  # the same path with nothing to upload (tests, CPU)
+            return torch.from_numpy(np.stack(frames))
         shape = (len(frames), *frames[0].shape)
         key = (shape, self._flip)
         self._flip ^= 1  # two pinned buffers, used alternately
@@ -74,61 +152,79 @@ class Preprocess:
         if ev is not None:
             ev.synchronize()  # the previous copy out of this buffer has finished
         np.stack(frames, out=buf.numpy())
-        dev = buf.to(self.device, non_blocking=True)
+        dev = buf.to(self.device, non_blocking=True)  # on this stage's stream (GpuWork.timed)
         ev = self._events[key] = torch.cuda.Event()
         ev.record()
         return dev
 
+    def _on_gpu(self, frames: list):
+        """Upload and resize on the GPU: one upload per frame size (usually one for the batch)."""
+        groups: dict = {}
+        for i, f in enumerate(frames):
+            groups.setdefault(f.shape, []).append(i)
+        if len(groups) == 1:
+            return self._gpu(self._upload(frames), self.input_hw, channels_last=self.channels_last)
+        parts = [None] * len(frames)
+        for idx in groups.values():
+            x = self._gpu(self._upload([frames[i] for i in idx]), self.input_hw, channels_last=self.channels_last)
+            for j, i in enumerate(idx):
+                parts[i] = x[j:j + 1]
+        x = parts[0] if len(parts) == 1 else self.torch.cat(parts)
+        fmt = self.torch.channels_last if self.channels_last else self.torch.contiguous_format
+        return x.contiguous(memory_format=fmt)  # cat follows its inputs' layout; make it the one asked for
+
     def __call__(self, b: Batch) -> Batch:
         frames = [f for f, d in zip(b.frames, b.detect) if d]
+        b.ready = None
         if not frames:
             b.tensor = None
             return b
-        if self.gpu:
-            groups: dict = {}
-            for i, f in enumerate(frames):
-                groups.setdefault(f.shape, []).append(i)
-            if len(groups) == 1:  # the usual case: one upload, one resize for the whole batch
-                b.tensor = self._gpu(self._upload(frames), self.input_hw)
-                return b
-            parts = [None] * len(frames)
-            for idx in groups.values():
-                x = self._gpu(self._upload([frames[i] for i in idx]), self.input_hw)
-                for j, i in enumerate(idx):
-                    parts[i] = x[j:j + 1]
-            b.tensor = parts[0] if len(parts) == 1 else self.torch.cat(parts)
-        else:
-            x = self.torch.from_numpy(self._cpu(frames, self.input_hw))
-            b.tensor = x.to(self.device, non_blocking=True) if self.device.type == "cuda" else x
+        with self.work.timed(b):
+            if self.gpu:
+                b.tensor = self._on_gpu(frames)
+            else:
+                x = self.torch.from_numpy(self._cpu(frames, self.input_hw))
+                b.tensor = x.to(self.device, non_blocking=True) if self.device.type == "cuda" else x
+        b.ready = self.work.last
         return b
 
 
 class Infer:
-    """Run the inference backend on the preprocessed batch."""
+    """Run the inference backend on the preprocessed batch: on the backend's stream after
+    ``b.ready``, no host wait (unless ``host_wait``); ``b.done`` is the backend's event."""
 
-    def __init__(self, backend: Callable, *, device):
+    def __init__(self, backend: Callable, *, device, host_wait: bool = False):
         self.backend = backend
         self.device = device
+        self.work = GpuWork(device, stream=getattr(backend, "stream", None), host_wait=host_wait)
 
     def __call__(self, b: Batch) -> Batch:
+        b.done = None
         if b.tensor is None:
             b.outputs = None
             return b
-        b.outputs = self.backend(b.tensor)
-        if self.device.type == "cuda":
-            # so that the infer range covers the GPU work, not just the launches
-            import torch
-            torch.cuda.synchronize(self.device)
+        with self.work.timed(b, wait=b.ready):
+            if self.work.stream is not None:
+                b.tensor.record_stream(self.work.stream)  # written on preprocess's stream, read on ours
+            b.outputs = self.backend(b.tensor, ready=b.ready)
+        b.done = getattr(self.backend, "event", None) or self.work.last
         return b
 
 
 class Postprocess:
-    """Peak extraction (3x3 max-pool NMS, top-k) and mapping of boxes back to frame pixels."""
+    """Peak extraction (3x3 max-pool NMS, top-k) and mapping of boxes back to frame pixels.
 
-    def __init__(self, *, input_hw: tuple[int, int]):
+    On CUDA the decode runs on this stage's stream after ``b.done`` (a GPU-side wait); its copy
+    of the detections to the host then waits for exactly this batch's forward pass.
+    """
+
+    def __init__(self, *, input_hw: tuple[int, int], device=None):
+        import torch
+
         from source_code.detector import decode, scale_boxes
 
         self.input_hw = input_hw
+        self.work = GpuWork(device if device is not None else torch.device("cpu"))
         self._decode = decode
         self._scale = scale_boxes
 
@@ -137,7 +233,11 @@ class Postprocess:
         b.tensor = None
         if b.outputs is None:
             return b
-        per_image = self._decode(b.outputs, score_thresh=SCORE_THRESH, max_det=MAX_DET)
+        with self.work.timed(b, wait=b.done):
+            if self.work.stream is not None:
+                for o in b.outputs:
+                    o.record_stream(self.work.stream)  # written on the backend's stream, read on ours
+            per_image = self._decode(b.outputs, score_thresh=SCORE_THRESH, max_det=MAX_DET)
         b.outputs = None
         k = 0
         for i, d in enumerate(b.detect):
@@ -145,6 +245,18 @@ class Postprocess:
                 b.dets[i] = self._scale(per_image[k], self.input_hw, b.frames[i].shape[:2])
                 k += 1
         return b
+
+
+def stage_cuda_ms(stages, *, skip_batches: int = 0) -> dict[str, float]:
+    """GPU time of each stage that launched GPU work (CUDA events), ms, batches from
+    ``skip_batches`` on: ``{stage name: total ms}``; empty on CPU. ``stages`` as the runners take them."""
+    out = {}
+    for name, fn in stages:
+        work = getattr(fn, "work", None)
+        ms = work.total_ms(skip_batches=skip_batches) if isinstance(work, GpuWork) else None
+        if ms is not None:
+            out[name] = ms
+    return out
 
 
 class Track:

@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(config, items):
     cache: dict[str, str | None] = {}
     for item in items:
         for marker, why in reasons.items():
-            if marker in item.keywords:
+            if item.get_closest_marker(marker):
                 if marker not in cache:
                     cache[marker] = why()
                 if cache[marker]:

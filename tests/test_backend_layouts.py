@@ -170,3 +170,12 @@ def test_cuda_backend_runs_on_its_stream_and_orders_by_events(model, kwargs):
     with torch.inference_mode():
         ref = backend.model(x.to(next(backend.model.parameters()).dtype))
     assert max(float((a - b.float()).abs().max()) for a, b in zip(out, ref)) < 1e-2
+
+
+def test_the_backends_listing_says_fp32_is_tf32_on_ampere_and_hopper(capsys):
+    from source_code.backends.registry import TF32_NOTE
+
+    B.main([])
+    lines = capsys.readouterr().out.splitlines()
+    assert any("torch fp32 cuda" in line for line in lines)
+    assert lines[-1] == TF32_NOTE and "TF32" in TF32_NOTE and "--tf32 off" in TF32_NOTE

@@ -28,6 +28,7 @@ FAKE_APP = textwrap.dedent('''
     p.add_argument("--counter", required=True)
     p.add_argument("--status", default="ok")
     p.add_argument("--fail", action="store_true")
+    p.add_argument("--fail-from", type=int, default=0)  # the invocation that fails first
     p.add_argument("--sleep", type=float, default=0.0)
     p.add_argument("--no-osd", action="store_true")
     a = p.parse_args()
@@ -39,6 +40,9 @@ FAKE_APP = textwrap.dedent('''
     fd = os.open(a.counter, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     os.write(fd, b"x"); os.close(fd)
     n = os.path.getsize(a.counter)
+    if a.fail_from and n >= a.fail_from:
+        print("RuntimeError: out of memory on run", n, file=sys.stderr)
+        sys.exit(3)
     seq = [float(v) for v in a.fps_seq.split(",")]
     fps = seq[(n - 1) % len(seq)] * a.batch_size
     time.sleep(a.sleep)
@@ -126,6 +130,22 @@ def test_record_goes_to_the_ledger(app, tmp_path):
     assert df.loc[0, "fps"] == 25.0 and df.loc[0, "stage_ms.decode"] == 1.0
     assert df.loc[0, "config.frames"] == 20 and df.loc[0, "step"] == "batching"
     assert {"env.host", "env.cpu", "paths.profile"} <= set(df.columns)
+
+
+def test_each_repeat_is_in_the_ledger_as_it_completes_so_a_failure_keeps_them(app, tmp_path):
+    led = Ledger(tmp_path / "ledger.jsonl")
+    with pytest.raises(BenchError, match="run 3 of 3: the application exited with status 3"):
+        bench.run(app + ["--fps-seq", "20,30", "--fail-from", "3"], step="s", repeats=3, results_dir=tmp_path,
+                  ledger=led, progress=False, name="keep", labels={"kind": "sweep"})
+    kept = led.read(repeats=True)
+    assert list(kept["status"]) == ["repeat", "repeat"] and list(kept["repeat"]) == [1, 2]
+    assert list(kept["fps"]) == [20.0, 30.0] and list(kept["latency_p50_ms"]) == [50.0, pytest.approx(100 / 3)]
+    assert list(kept["paths.results"]) == [str(tmp_path / f"keep.r{i}.json") for i in (1, 2)]
+    assert (kept["kind"] == "sweep").all() and (kept["step"] == "s").all()
+    assert led.read().empty  # a step's figures come from its own row only: tables never see repeats
+    led2 = Ledger(tmp_path / "ok.jsonl")
+    bench.run(app + ["--fps-seq", "10"], step="t", repeats=2, results_dir=tmp_path, ledger=led2, progress=False)
+    assert list(led2.read(repeats=True)["status"]) == ["repeat", "repeat", "ok"] and len(led2.read()) == 1
 
 
 def test_sweep_over_batch_size(app, tmp_path):

@@ -8,6 +8,11 @@ LABKIT_BROWSER_NOTEBOOKS (default ``00 01 07``); `make browser` runs them all.
 lab's time, so when they are not all in the run, the ledger starts as the committed CPU reference
 ledger (reports/reference/cpu-2core/): 07 then draws the whole lab's table, with 01's fresh
 baseline row appended to it.
+
+test_solutions_in_the_browser runs a notebook again with its exercise solutions appended as cells
+(01's profile under nsys and run the app): only where LABKIT_BROWSER_SOLUTIONS names notebooks
+(``01``; it costs 01's Run All once more, 2-3.5 min on 2 cores). `make browser` runs every
+notebook with its solutions in one pass (browser_lab.py all --solutions).
 """
 from __future__ import annotations
 
@@ -28,9 +33,8 @@ import jupyter_lab  # noqa: E402
 
 pytestmark = pytest.mark.browser
 WHICH = os.environ.get("LABKIT_BROWSER_NOTEBOOKS", "00 01 07").split()
+SOLUTIONS = os.environ.get("LABKIT_BROWSER_SOLUTIONS", "").split()
 REFERENCE_LEDGER = ROOT / "reports" / "reference" / "cpu-2core" / "ledger.reference.jsonl"
-# Files a run may write: its reports and the sample video; Python's bytecode cache is its own.
-ALLOWED = ("reports", "data", ".git")
 
 
 def _why_not() -> str | None:
@@ -40,18 +44,17 @@ def _why_not() -> str | None:
     return why
 
 
-def _snapshot() -> dict[str, tuple[int, int]]:
-    snap = {}
-    for dirpath, dirnames, files in os.walk(ROOT):
-        rel = Path(dirpath).relative_to(ROOT)
-        if rel.parts and rel.parts[0] in ALLOWED + (".venv",):
-            dirnames[:] = []
-            continue
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-        for f in files:
-            st = (Path(dirpath) / f).stat()
-            snap[str(rel / f)] = (st.st_mtime_ns, st.st_size)
-    return snap
+def _assert_clean(out: browser_lab.Outcome) -> None:
+    print(json.dumps(out.__dict__))
+    name = out.notebook
+    assert not out.timed_out, f"{name}: still running after {out.seconds} s"
+    assert out.code_cells and not out.not_run, f"{name}: code cells {out.not_run} did not run"
+    assert out.errors == [], f"{name}: error output: {out.errors}"
+    assert out.stderr == [], f"{name}: stderr output: {out.stderr}"
+    assert out.broken_images == [], f"{name}: images that did not load: {out.broken_images}"
+    assert out.written == [], f"{name}: files written outside reports/ and data/: {out.written}"
+    assert out.home_written == [], f"{name}: files written under $HOME outside {list(browser_lab.HOME_CACHES)}: " \
+                                   f"{out.home_written}"
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +76,10 @@ def test_launcher_command_as_make_jupyter_runs_it():
     assert "--IdentityProvider.token=t0k" in argv and ("--allow-root" in argv) == (os.geteuid() == 0)
     assert jupyter_lab.lab_env(mode="small", base={})["LABKIT_MODE"] == "small"
     assert "LABKIT_MODE" not in jupyter_lab.lab_env(mode=None, base={})
+    # checkpoints in the reports folder, never notebooks/.ipynb_checkpoints/
+    assert f"--FileCheckpoints.checkpoint_dir={jupyter_lab.checkpoints_dir()}" in argv
+    assert jupyter_lab.checkpoints_dir({}) == ROOT / "reports" / "checkpoints"
+    assert jupyter_lab.checkpoints_dir({"LABKIT_REPORTS": "/x/r"}) == Path("/x/r/checkpoints")
     with pytest.raises(SystemExit, match="MODE=small"):
         jupyter_lab.lab_env(mode="tiny", base={})
 
@@ -103,46 +110,73 @@ def test_make_jupyter_prints_one_url_with_the_token(tmp_path):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/api/sessions", timeout=5)
     finally:
         proc.terminate()
-        proc.wait(20)
+        proc.wait(30)
+    with pytest.raises(urllib.error.URLError):  # stopping the launcher stopped the server (no orphan)
+        urllib.request.urlopen(api, timeout=5)
 
 
 @pytest.mark.parametrize("name", browser_lab.notebooks(WHICH), ids=lambda n: n[:2])
 def test_run_all_in_the_browser(lab, name):
     with browser_lab.chromium() as driver:
-        before = _snapshot()
         out = browser_lab.run_notebook(driver, lab, name, shot=ROOT / "reports" / "browser" / f"{name[:-6]}.png")
-        after = _snapshot()
-    print(json.dumps(out.__dict__))
-    assert not out.timed_out, f"{name}: still running after {out.seconds} s"
-    assert out.code_cells and not out.not_run, f"{name}: code cells {out.not_run} did not run"
-    assert out.errors == [], f"{name}: error output: {out.errors}"
-    assert out.stderr == [], f"{name}: stderr output: {out.stderr}"
-    assert out.broken_images == [], f"{name}: images that did not load: {out.broken_images}"
-    written = sorted(k for k in after.keys() | before.keys() if before.get(k) != after.get(k))
-    assert written == [], f"{name}: files written outside reports/ and data/: {written}"
+    _assert_clean(out)
 
 
-def test_the_page_reading_sees_stderr_errors_and_cells_not_run(tmp_path):
-    """The checks can fail: a notebook that writes to stderr, draws an image, then raises."""
+def test_solutions_are_the_fenced_blocks_of_the_solution_cells():
+    code = browser_lab.solutions(ROOT / "notebooks" / "01_Baseline_and_Nsight.ipynb")
+    assert len(code) == 2 and code[0].startswith("r = labkit.profile(") and "baseline_omp_active" in code[1]
+    assert all(not c.startswith("```") and not c.endswith("```") for c in code)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SOLUTIONS, reason="LABKIT_BROWSER_SOLUTIONS=01 runs 01 with its solutions (2-3.5 min on 2 cores)")
+@pytest.mark.parametrize("name", browser_lab.notebooks(SOLUTIONS or ["01"]), ids=lambda n: n[:2])
+def test_solutions_in_the_browser(lab, name):
+    """Run All, then the notebook's exercise solutions appended as cells and run: the same checks."""
+    path = ROOT / "notebooks" / name
+    with browser_lab.chromium() as driver:
+        out = browser_lab.run_notebook(driver, lab, name, solutions_of=path,
+                                       shot=ROOT / "reports" / "browser" / f"{name[:-6]}_solutions.png")
+    assert out.solution_cells == len(browser_lab.solutions(path)) > 0
+    _assert_clean(out)  # out.written would list the notebook had the appended cells been saved
+
+
+def test_the_page_reading_sees_stderr_errors_stray_files_and_cells_not_run(tmp_path):
+    """The checks can fail: a notebook that writes to stderr, draws an image, writes files where
+    the lab must not (its own reports/, checkpoints, $HOME), then raises; its solutions run after."""
     why = _why_not()
     if why:
         pytest.skip(why)
     import nbformat
 
+    writes = ("from pathlib import Path\n"
+              "for f in ('reports/stray.txt', '.ipynb_checkpoints/x', '../reports/ok.txt', Path.home() / 'stray.txt'):\n"
+              "    Path(f).parent.mkdir(exist_ok=True); Path(f).write_text('x')")
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("import sys; print('a warning line', file=sys.stderr)"),
         nbformat.v4.new_code_cell("from matplotlib.figure import Figure\nfig = Figure(figsize=(2, 1))\n"
                                   "fig.subplots().plot([0, 1])\nfig"),
+        nbformat.v4.new_code_cell(writes),
         nbformat.v4.new_code_cell("raise ValueError('the cell failed')"),
         nbformat.v4.new_code_cell("print('never runs')"),
+        nbformat.v4.new_markdown_cell("<details><summary>Solution</summary>\n\n```python\nprint('solution ran')\n```\n\n"
+                                      "```python\nimport sys; print('solution stderr', file=sys.stderr)\n```\n</details>"),
     ])
     # without a kernelspec JupyterLab asks which kernel to start
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, tmp_path / "probe.ipynb")
-    with browser_lab.serve(mode="small", reports=tmp_path / "reports", notebook_dir=tmp_path) as lab, \
+    (tmp_path / "nbs").mkdir()
+    nbformat.write(nb, tmp_path / "nbs" / "probe.ipynb")
+    saved = (tmp_path / "nbs" / "probe.ipynb").read_bytes()
+    with browser_lab.serve(mode="small", reports=tmp_path / "reports", notebook_dir=tmp_path / "nbs") as lab, \
             browser_lab.chromium() as driver:
-        out = browser_lab.run_notebook(driver, lab, "probe.ipynb", timeout=120)
-    assert out.code_cells == 4 and out.not_run == [4]
-    assert out.stderr == ["a warning line"]
+        out = browser_lab.run_notebook(driver, lab, "probe.ipynb", timeout=120, watch=tmp_path,
+                                       solutions_of=tmp_path / "nbs" / "probe.ipynb")
+    print(json.dumps(out.__dict__))
+    assert out.code_cells == 7 and out.not_run == [5] and out.solution_cells == 2
+    assert out.stderr == ["a warning line", "solution stderr"]
     assert len(out.errors) == 1 and "ValueError: the cell failed" in out.errors[0]
-    assert out.broken_images == [] and not out.timed_out
+    assert out.written == ["nbs/.ipynb_checkpoints/", "nbs/.ipynb_checkpoints/x", "nbs/reports/",
+                           "nbs/reports/stray.txt"]
+    assert out.home_written == ["stray.txt"]
+    assert out.broken_images == [] and not out.timed_out and not out.clean
+    assert (tmp_path / "nbs" / "probe.ipynb").read_bytes() == saved  # the appended cells were never saved

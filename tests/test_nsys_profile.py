@@ -13,7 +13,7 @@ import pytest
 
 import labkit
 from labkit.env import find_nsys
-from labkit.nsys import CaptureRangeError, NsysError, ProgramFailedError, profile_command
+from labkit.nsys import CaptureRangeError, NsysError, ProgramFailedError, ReportExistsError, profile_command
 from labkit.report import load_report, profile
 
 FIX = Path(__file__).parent / "fixtures"
@@ -118,6 +118,16 @@ def test_capture_range_by_nvtx_name(tmp_path):
 def test_capture_range_never_triggered(tmp_path):
     with pytest.raises(CaptureRangeError, match="never started"):
         _profile(tmp_path, capture_range="no_such_range")
+    assert [p.name for p in tmp_path.iterdir()] == ["ann.log"]  # the name's reservation is given back
+
+
+@pytest.mark.nsys
+@skip_no_nsys
+def test_an_existing_report_is_never_touched_without_overwrite(tmp_path):
+    (tmp_path / "ann.nsys-rep").write_bytes(b"mine")
+    with pytest.raises(ReportExistsError, match="ann.nsys-rep already exists: pass overwrite=True"):
+        _profile(tmp_path)
+    assert [(p.name, p.read_bytes()) for p in tmp_path.iterdir()] == [("ann.nsys-rep", b"mine")]
 
 
 @pytest.mark.nsys

@@ -33,6 +33,8 @@ def test_defaults_come_from_the_table():
     {"osd": False, "interval": 3, "input_hw": (192, 320), "device": "cuda:1"},
     {"inputs": ["a.mp4", "b.mp4"], "streams": 2, "realtime": True, "queue_size": 2, "precision": "fp16"},
     {"compile": False, "frames": None, "input_hw": "96x160"},
+    {"tf32": "off", "device": "cuda:0"},
+    {"tf32": "on", "precision": "fp32"},
 ])
 def test_to_argv_round_trips_through_the_parser(flags):
     argv = to_argv(flags)
@@ -49,3 +51,19 @@ def test_to_argv_spelling_and_unknown_names():
         "--queues", "--batch-size", "4", "--no-osd"]
     with pytest.raises(ValueError, match="unknown option.*batchsize"):
         to_argv({"batchsize": 4})
+
+
+def test_tf32_unset_by_default_and_said_where_fp32_is_shown():
+    from source_code.options import TF32
+
+    assert parse(["--input", "a.mp4"]).tf32 is None and TF32[None] is None
+    assert (TF32[parse(["--input", "a.mp4", "--tf32", "off"]).tf32], TF32["on"]) == (False, True)
+    text = " ".join(build_parser().format_help().split())
+    assert "fp32 on an Ampere or Hopper GPU runs its convolutions as TF32" in text
+    with pytest.raises(SystemExit):
+        parse(["--input", "a.mp4", "--tf32", "maybe"])
+
+
+@pytest.mark.parametrize("device", ["cuda:1", "CUDA:0", "cuda", "cpu", "auto"])
+def test_devices_by_index_are_accepted(device):
+    assert parse(["--input", "a.mp4", "--device", device]).device == device.lower()

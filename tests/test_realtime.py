@@ -46,6 +46,8 @@ def test_paced_latency_is_batch_fill(clip, tmp_path, mode):
     assert doc["fps"] < FPS * 1.4
 
 
-def test_file_input_is_not_paced(clip, tmp_path):
-    doc = run(clip, tmp_path)
-    assert doc["seconds"] < (N - BATCH) / FPS * 0.8  # faster than the clip's own rate
+def test_paced_run_takes_at_least_the_clips_own_time(clip, tmp_path):
+    # a floor, not a ceiling: pacing holds each frame until its time, however fast the machine;
+    # how much faster a file is read unpaced depends on the machine (benchmarks, not tests)
+    doc = run(clip, tmp_path, "--realtime")
+    assert doc["seconds"] >= (doc["timed_frames"] - 1) / FPS * 0.95, doc["seconds"]

@@ -56,8 +56,9 @@ def present(name: str, data: bytes) -> bool:
 
 
 @pytest.fixture(scope="module")
-def bindings(request) -> bytes:
-    folder = Path(request.config.cache.mkdir("tensorrt-cu13-bindings-11.4"))
+def bindings(request, tmp_path_factory) -> bytes:
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
+    folder = Path(cache.mkdir("tensorrt-cu13-bindings-11.4") if cache else tmp_path_factory.mktemp("trt-bindings"))
     wheels = list(folder.glob("*.whl"))
     if not wheels:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", WHEEL, "-d", str(folder)]

@@ -26,6 +26,8 @@ from source_code.backends.torch_eager import TorchBackend
 
 BACKENDS = ("torch", "onnxruntime", "tensorrt")
 PRECISIONS = ("fp32", "fp16", "int8")
+TF32_NOTE = ("fp32 on an Ampere or Hopper GPU: PyTorch's defaults run the convolutions as TF32 "
+             "(make_backend(tf32=False), detect_video --tf32 off: true FP32)")
 _ALIASES = {"ort": "onnxruntime", "onnx": "onnxruntime", "trt": "tensorrt", "pytorch": "torch"}
 
 
@@ -194,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         what = f"{r['backend']} {r['precision']} {r['device']}" + (f" {r['variant']}" if r["variant"] else "")
         print(f"{'yes' if r['available'] else 'no ':<4} {what:<38} {r['reason']}")
+    print(TF32_NOTE)
     sys.stdout.flush()
     return 0
 
