@@ -10,7 +10,10 @@ It holds what every notebook needs and no lesson; each module has one job:
 - ``runs``: ``run_step`` and ``sweep`` (over ``labkit.bench``), ledger rows with a status;
 - ``reference``: this machine's ledger and table, and the reference machine's;
 - ``display``: reports, comparisons and columns shown in the notebooks; ``text``: sentences
-  (``say``) and pandas display settings, applied on import (cells in full, no ``1e+07``).
+  (``say``) and pandas display settings, applied on import (cells in full, no ``1e+07``);
+- ``evidence`` (a lever's GPU evidence, and the committed H100 evidence where this machine lacks
+  a GPU), ``interval`` (notebook 06: detected frames, the accuracy floor), ``summary``
+  (notebook 07: table or note, figures, take-aways, quiz): modules, as ``lab.evidence`` etc.
 """
 from labbook.app import app_argv, app_command, app_options, backends, capture_range, device_of, unavailable
 from labbook.display import (best, compare, copies, jumps, kernels, overlap, ranges, report, table_columns,
@@ -25,6 +28,8 @@ from labbook.steps import Step, builds_on_map, catalogue, flags
 from labbook.text import configure_pandas, say
 from labbook.video import ground_truth, sample_video, show_frame, video_info
 
+from labbook import evidence, interval, summary  # noqa: E402  (modules for 04-07)
+
 configure_pandas()  # the notebooks' tables: full text, integers as integers
 
 __all__ = [
@@ -34,5 +39,5 @@ __all__ = [
     "backends", "device_of", "unavailable", "capture_range", "Outcome", "run_step", "sweep", "ledger", "speedup",
     "reference_table", "reference_configurations", "both_machines", "reference_rows", "fastest", "report",
     "kernels", "copies", "ranges", "overlap", "window", "warmup_batches", "compare", "best", "table_columns",
-    "jumps", "say", "configure_pandas",
+    "jumps", "say", "configure_pandas", "evidence", "interval", "summary",
 ]
