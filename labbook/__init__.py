@@ -8,6 +8,8 @@ It holds what every notebook needs and no lesson; each module has one job:
 - ``app``: the application's options and argv (built in one place), what this machine can run;
 - ``outcome``: ``Outcome``, the one result of a step (ok / skipped / failed);
 - ``runs``: ``run_step`` and ``sweep`` (over ``labkit.bench``), ledger rows with a status;
+- ``predict``: predict, then measure: ``advice`` before a step, the ``prediction`` its row
+  carries, ``verdict`` after it, ``next_lever`` from its own profile;
 - ``reference``: this machine's ledger and table, and the reference machine's;
 - ``display``: reports, comparisons and columns shown in the notebooks; ``text``: sentences
   (``say``) and pandas display settings, applied on import (cells in full, no ``1e+07``);
@@ -19,6 +21,7 @@ from labbook.app import app_argv, app_command, app_options, backends, capture_ra
 from labbook.display import (best, compare, copies, jumps, kernels, overlap, ranges, report, table_columns,
                              warmup_batches, window)
 from labbook.outcome import Outcome
+from labbook.predict import advice, next_lever, prediction, verdict
 from labbook.reference import (both_machines, fastest, ledger, reference_configurations, reference_rows,
                                reference_table, speedup)
 from labbook.runs import run_step, sweep
@@ -39,5 +42,6 @@ __all__ = [
     "backends", "device_of", "unavailable", "capture_range", "Outcome", "run_step", "sweep", "ledger", "speedup",
     "reference_table", "reference_configurations", "both_machines", "reference_rows", "fastest", "report",
     "kernels", "copies", "ranges", "overlap", "window", "warmup_batches", "compare", "best", "table_columns",
-    "jumps", "say", "configure_pandas", "evidence", "interval", "summary",
+    "jumps", "say", "configure_pandas", "advice", "prediction", "verdict", "next_lever", "evidence", "interval",
+    "summary",
 ]

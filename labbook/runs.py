@@ -5,17 +5,26 @@ from __future__ import annotations
 from typing import Mapping
 
 from labkit import bench
+from labkit.errors import LabkitError
 from labkit.ledger import Ledger, not_run
 
 from labbook.app import app_argv, app_options, capture_range, unavailable
 from labbook.outcome import Outcome
+from labbook.predict import prediction
 from labbook.settings import LEDGER, MODE, PROFILES, RESULTS, settings, strict
 from labbook.steps import flags as step_flags
 from labbook.steps import step_of
 
 
-def _labels(step, predicted_speedup, finding) -> dict:
+def _labels(step, predicted_speedup, finding, *, mode: str = MODE, flags: dict | None = None) -> dict:
+    """The step's ledger labels, with the prediction it runs under: the caller's, else
+    :func:`labbook.predict.prediction` from the profile of the step it builds on."""
     extra = {"predicted_speedup": predicted_speedup, "finding": finding}
+    if predicted_speedup is None and finding is None:
+        try:
+            extra = prediction(step.name, mode, flags=flags, builds_on=step.builds_on)
+        except LabkitError as e:  # an unreadable profile: the row says so, the step still runs
+            extra = {"predicted_speedup": None, "finding": f"none: {str(e).splitlines()[0]}"}
     return {**step.labels(), **{k: v for k, v in extra.items() if v is not None}}
 
 
@@ -32,7 +41,7 @@ def run_step(name: str, *, profile: bool = True, mode: str = MODE, kind: str | N
     under ``LABKIT_STRICT`` the error is raised instead).
     """
     step = step_of(name, kind=kind, builds_on=builds_on, mode=mode)
-    labels = _labels(step, predicted_speedup, finding)
+    labels = _labels(step, predicted_speedup, finding, mode=mode, flags=flags)
     led = Ledger(LEDGER)
     reason = unavailable(**flags)
     if reason:
@@ -67,7 +76,8 @@ def sweep(builds_on: str, option: str, values, *, step: str, mode: str = MODE, f
                                           labels=st.labels()))
         return Outcome(step, "skipped", reason, kind="sweep", builds_on=builds_on)
     s = settings(mode)
-    labels = step_of(names[0] if names else step, builds_on=builds_on, mode=mode, default_kind="sweep").labels()
+    first = step_of(names[0] if names else step, builds_on=builds_on, mode=mode, default_kind="sweep")
+    labels = _labels(first, None, None, mode=mode, flags={**base, option: values[0]} if names else base)
     options = app_options(base, mode=mode)
     return bench.sweep(lambda v: app_argv({**options, option: v}), option, list(values), step=step,
                        config=options, repeats=s.repeats, warmup=None, ledger=LEDGER, results_dir=RESULTS,
