@@ -18,7 +18,9 @@ import pandas as pd
 
 import labkit
 
-from labbook.settings import REFERENCE, ROOT
+from labbook.display import report, warmup_batches
+from labbook.reference import ledger
+from labbook.settings import MODE, REFERENCE, ROOT
 from labbook.text import say
 
 H100_EXPORT = REFERENCE / "pipeline_batch4.nsys2025.3.sqlite"
@@ -55,12 +57,12 @@ def infer_window(rep, *, warmup: int = 0) -> tuple[int, int, int]:
     return int(inf["start_ns"].min()), int(inf["end_ns"].max()), len(inf)
 
 
-def gpu_evidence(reports: dict, *, warmup: int = 0, min_gap_ms: float = 0.1) -> pd.DataFrame:
+def gpu_evidence(reports: dict, *, warmup: int | dict = 0, min_gap_ms: float = 0.1) -> pd.DataFrame:
     """What the GPU did while the pipeline inferred, one row per labelled report.
 
     Args:
         reports: label -> ``labkit.Report`` (e.g. ``{"fp16": rep, "fp16_cuda_graphs": rep2}``).
-        warmup: batches left out at the start (``lab.warmup_batches``).
+        warmup: batches left out at the start (``lab.warmup_batches``); a dict gives each label its own.
         min_gap_ms: the shortest GPU idle gap counted.
     Returns: index label; columns ``batches``, ``kernels`` (kernel rows, a graph's nodes counted
     when traced with ``--cuda-graph-trace=node``), ``graph_launches`` (whole-graph rows),
@@ -71,7 +73,7 @@ def gpu_evidence(reports: dict, *, warmup: int = 0, min_gap_ms: float = 0.1) -> 
     """
     rows = {}
     for label, rep in reports.items():
-        t0, t1, n = infer_window(rep, warmup=warmup)
+        t0, t1, n = infer_window(rep, warmup=warmup[label] if isinstance(warmup, dict) else warmup)
         ops = rep.gpu_ops()
         ops = ops[(ops["start_ns"] >= t0) & (ops["end_ns"] <= t1)]
         kern = ops[ops["category"] == "kernel"]
@@ -139,9 +141,45 @@ def configurations(steps) -> object:
     return labkit.speedup_table(df[df["step"].isin(keep)])
 
 
-def lever(outcome, evidence):
-    """This machine's result of a lever when it ran here, else the H100 evidence for it:
-    ``outcome`` is a step's ``Outcome``; ``evidence`` a callable returning what to show instead."""
-    if getattr(outcome, "status", "ok") == "ok":
-        return outcome
-    return evidence()
+def _ran(step: str) -> bool:
+    rows = ledger([step])
+    return len(rows) > 0 and rows.iloc[-1].get("status") in ("ok", None) and isinstance(rows.iloc[-1].get("paths.profile"), str)
+
+
+def _show_heading(what: str, path) -> None:
+    from IPython.display import display
+
+    display(heading(what, path))
+
+
+def gpu_report(step: str, mode: str = MODE):
+    """(report, warm-up batches) of ``step``'s profiled run when it ran here on a GPU; else,
+    labelled as such, the committed H100 export of the batch-4 GPU pipeline (FP32, eager)."""
+    if _ran(step):
+        rep = report(step)
+        if rep.has_cuda:
+            return rep, warmup_batches(step, mode)
+    _show_heading(f"`{step}` did not run on a GPU here; the H100's batch-4 GPU pipeline (FP32, eager) instead",
+                  H100_EXPORT)
+    return h100_report(), 1
+
+
+def graph_evidence(steps, mode: str = MODE) -> pd.DataFrame:
+    """:func:`gpu_evidence` of ``steps`` (e.g. eager and CUDA graphs, at batch 1 and the lab's
+    batch) when all ran here on a GPU; else, labelled as such, the H100 export's."""
+    if all(_ran(s) for s in steps):
+        reps = {s: report(s) for s in steps}
+        if all(r.has_cuda for r in reps.values()):
+            return gpu_evidence(reps, warmup={s: warmup_batches(s, mode) for s in steps})
+    _show_heading("these steps did not all run on a GPU here; the H100's batch-4 GPU pipeline (FP32, eager, "
+                  "no CUDA graphs) instead", H100_EXPORT)
+    return gpu_evidence({"H100 eager, batch 4": h100_report()}, warmup=1)
+
+
+def lever(outcome, here, h100, what: str, path=CONFIGURATIONS):
+    """``here()`` when the step of ``outcome`` ran on this machine; otherwise ``h100()``, the
+    committed H100 evidence for that lever, shown under its label (``what``, from ``path``)."""
+    if getattr(outcome, "status", None) == "ok":
+        return here()
+    _show_heading(what, path)
+    return h100()

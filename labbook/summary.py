@@ -38,11 +38,28 @@ def _sparse():
                "Run notebooks 02 to 06, then this one again.")
 
 
+def guard(table, show):
+    """``show(table)`` when the table has a step beside the baseline; else the note saying why not."""
+    if not _enough(table):
+        return table if not isinstance(table, SpeedupTable) else _sparse()
+    return show(table)
+
+
+def write(table, path: Path):
+    """Write the table as markdown to ``path`` (``speedup.md``) and return its text as a note to
+    show; the note itself when there is no table yet (nothing is written)."""
+    if not isinstance(table, SpeedupTable):
+        return table
+    text = table.to_markdown()
+    Path(path).write_text(text + "\n")
+    return say(f"Written to `{path}`:\n\n{text}")
+
+
 def figure(table, kind: str, folder: Path | None = None):
     """One of 07's figures (``speedup``, ``fps_vs_map50``, ``stages``, ``predicted``), saved as
     ``<folder>/<kind>.png`` when ``folder`` is given; a note when the table is too sparse."""
     if not _enough(table):
-        return table if not isinstance(table, SpeedupTable) else _sparse()
+        return guard(table, None)
     charts = labkit.charts
     rows = table.rows
     try:
