@@ -38,8 +38,9 @@ def _shown(path) -> str:
 
 def heading(what: str, path) -> object:
     """The label every piece of H100 evidence is shown under: the machine and its file."""
-    return say(f"**{LABEL}**: {what}, from `{_shown(path)}` (the command that made it is in "
-               f"`{_shown(REFERENCE / 'EVIDENCE.md')}`).")
+    how = REFERENCE / "EVIDENCE.md"
+    where = f"`{_shown(path)}`" + ("" if path == how else f" (the command that made it is in `{_shown(how)}`)")
+    return say(f"**{LABEL}**: {what}; see {where}.")
 
 
 def h100_report():

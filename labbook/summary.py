@@ -29,6 +29,9 @@ def summary_table(**kw):
                    f"then this one again. Ledger: `{LEDGER}`.")
 
 
+NO_TABLE = "Nothing to show yet: there is no speed-up table (the note under the table above says why)."
+
+
 def _enough(table) -> bool:
     return isinstance(table, SpeedupTable) and table.speedup.iloc[:, 0].notna().sum() >= 2
 
@@ -41,7 +44,7 @@ def _sparse():
 def guard(table, show):
     """``show(table)`` when the table has a step beside the baseline; else the note saying why not."""
     if not _enough(table):
-        return table if not isinstance(table, SpeedupTable) else _sparse()
+        return say(NO_TABLE) if not isinstance(table, SpeedupTable) else _sparse()
     return show(table)
 
 
@@ -101,7 +104,7 @@ def facts(table) -> dict:
 def takeaways(table):
     """The take-aways of this machine's run, each computed from the table (a note when sparse)."""
     if not _enough(table):
-        return table if not isinstance(table, SpeedupTable) else _sparse()
+        return guard(table, None)
     f = facts(table)
     lines = [f"- **Fastest step: `{f['fastest']}`**, {f['fastest_x']:.2f}x the baseline's "
              f"{f['baseline_fps']:.1f} frames/s on {f['machine']}."]
@@ -129,7 +132,7 @@ def quiz(table):
     """A short self-check quiz: questions about this run, answers computed from the learner's own
     ledger and hidden under ``<details>`` (a note when the ledger is too sparse)."""
     if not _enough(table):
-        return table if not isinstance(table, SpeedupTable) else _sparse()
+        return guard(table, None)
     f = facts(table)
     qs = [_question("**1.** Which step made the pipeline fastest, and by how much over the baseline?",
                     f"`{f['fastest']}`: {f['fastest_x']:.2f}x.")]

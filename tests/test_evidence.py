@@ -81,7 +81,7 @@ def ledger_at(tmp_path, monkeypatch):
 def test_summary_on_a_sparse_ledger_is_a_note(ledger_at):
     for what in (summary.summary_table(),):
         assert "No speed-up table yet" in what.data
-        assert "No speed-up table" in summary.takeaways(what).data and summary.figure(what, "speedup") is what
+        assert summary.takeaways(what).data == summary.figure(what, "speedup").data == summary.NO_TABLE
     ledger_at("baseline", 10.0)
     table = summary.summary_table()
     for out in (summary.takeaways(table), summary.quiz(table), summary.figure(table, "predicted")):
@@ -103,3 +103,55 @@ def test_takeaways_and_quiz_come_from_the_ledger(ledger_at, tmp_path):
     assert quiz.count("<details>") == 5 and "`no_osd`: the bound" in quiz
     assert isinstance(summary.figure(table, "predicted", folder=tmp_path), type(labkit.charts.speedup_bars(table)))
     assert (tmp_path / "predicted.png").stat().st_size > 10_000
+
+
+def test_without_gpu_runs_the_h100_evidence_stands_in_labelled(ledger_at, monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj.data))
+    ev = evidence.graph_evidence(["fp16", "fp16_cuda_graphs"])
+    assert list(ev.index) == ["H100 eager, batch 4"] and ev.loc["H100 eager, batch 4", "kernels_per_batch"] == 127
+    rep, warm = evidence.gpu_report("fp16_cuda_graphs")
+    assert warm == 1 and rep.has_cuda
+    assert len(shown) == 2 and all(evidence.LABEL in s for s in shown)  # each shown under its label
+    from labbook.outcome import Outcome
+
+    skipped = Outcome("fp16", "skipped", "it needs a CUDA GPU")
+    assert evidence.lever(skipped, lambda: "here", lambda: "h100", "fp16") == "h100"
+    assert "fp16; see `reports/reference/h100/pipeline_table.jsonl` (the command" in shown[-1]
+    ok = Outcome("fp16", "ok", result=object())
+    assert evidence.lever(ok, lambda: "here", lambda: "h100", "fp16") == "here"
+
+
+def test_summary_write_keeps_the_note_and_writes_the_table(ledger_at, tmp_path):
+    note = summary.summary_table()
+    assert summary.write(note, tmp_path / "s.md") is note and not (tmp_path / "s.md").exists()
+    ledger_at("baseline", 10.0)
+    ledger_at("queues", 12.0, "baseline")
+    out = summary.write(summary.summary_table(), tmp_path / "s.md")
+    assert "| queues" in (tmp_path / "s.md").read_text() and "Written to" in out.data
+
+
+@pytest.mark.parametrize("rows", [0, 1], ids=["empty", "baseline-only"])
+def test_summary_notebook_runs_on_a_sparse_ledger(tmp_path, rows):
+    """07 executed headless (as run_lab does) on an empty ledger and on the baseline alone: no
+    error, no stderr, and the note in place of the table's figures."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if rows:
+        Ledger(tmp_path / "ledger.jsonl").append({"step": "baseline", "env": XEON, "kind": "cumulative",
+                                                  "metrics": {"fps": 10.0, "map50": 0.9, "mota": 0.8}})
+    env = {**os.environ, "LABKIT_REPORTS": str(tmp_path), "LABKIT_STRICT": "1"}
+    out = subprocess.run([sys.executable, "scripts/run_lab.py", "--only", "07", "--mode", "small", "--out",
+                          str(tmp_path / "nb")], cwd=evidence.ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    cells = json.loads((tmp_path / "nb" / "07_Summary.ipynb").read_text())["cells"]
+    outputs = [o for c in cells if c["cell_type"] == "code" for o in c["outputs"]]
+    assert not [o for o in outputs if o["output_type"] == "error" or o.get("name") == "stderr"]
+    text = json.dumps(outputs)
+    assert ("Only the baseline is in the ledger" if rows else "No speed-up table yet") in text
+    assert "image/png" not in text  # every figure is a note until a step beside the baseline ran
