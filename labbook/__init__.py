@@ -10,6 +10,9 @@ It holds what every notebook needs and no lesson; each module has one job:
 - ``runs``: ``run_step`` and ``sweep`` (over ``labkit.bench``), ledger rows with a status;
 - ``predict``: predict, then measure: ``advice`` before a step, the ``prediction`` its row
   carries, ``verdict`` after it, ``next_lever`` from its own profile;
+- ``commands``: the installed nsys for ``!nsys`` lines (``nsys_on_path``, ``stats_report``)
+  and ``agreement`` of its ``nsys stats`` CSV with labkit's summary;
+- ``latency``: Little's law on the ledger, ``frames_held`` by the queues, a ``camera_clip``;
 - ``reference``: this machine's ledger and table, and the reference machine's;
 - ``display``: reports, comparisons and columns shown in the notebooks; ``text``: sentences
   (``say``) and pandas display settings, applied on import (cells in full, no ``1e+07``);
@@ -18,8 +21,11 @@ It holds what every notebook needs and no lesson; each module has one job:
   (notebook 07: table or note, figures, take-aways, quiz): modules, as ``lab.evidence`` etc.
 """
 from labbook.app import app_argv, app_command, app_options, backends, capture_range, device_of, unavailable
+from labbook.commands import agreement, nsys_on_path, stats_report
 from labbook.display import (best, compare, copies, jumps, kernels, overlap, ranges, report, table_columns,
                              warmup_batches, window)
+from labbook.latency import camera_clip, frames_held, littles_law
+from labbook.latency import lesson as latency_lesson
 from labbook.outcome import Outcome
 from labbook.predict import advice, next_lever, prediction, verdict
 from labbook.reference import (both_machines, fastest, ledger, reference_configurations, reference_rows,
@@ -42,6 +48,7 @@ __all__ = [
     "backends", "device_of", "unavailable", "capture_range", "Outcome", "run_step", "sweep", "ledger", "speedup",
     "reference_table", "reference_configurations", "both_machines", "reference_rows", "fastest", "report",
     "kernels", "copies", "ranges", "overlap", "window", "warmup_batches", "compare", "best", "table_columns",
-    "jumps", "say", "configure_pandas", "advice", "prediction", "verdict", "next_lever", "evidence", "interval",
-    "summary",
+    "jumps", "say", "configure_pandas", "advice", "prediction", "verdict", "next_lever",
+    "nsys_on_path", "stats_report", "agreement", "camera_clip", "frames_held", "littles_law", "latency_lesson",
+    "evidence", "interval", "summary",
 ]

@@ -18,9 +18,11 @@ from labbook.text import say
 
 
 def _row_of(x) -> dict:
-    """The figures of an Outcome, or of a step name's latest ledger row."""
+    """The figures of an Outcome, a ``labkit.bench.Result`` or a step name's latest ledger row."""
     if isinstance(x, Outcome):
         return x.row()
+    if not isinstance(x, str):  # a bench Result (run_parallel's, say)
+        return Outcome(x.step, "ok", result=x).row()
     rows = ledger([x])
     if len(rows) == 0:
         return {"step": x, "status": "skipped", "reason": f"it has no row in {LEDGER} yet (run its notebook first)"}

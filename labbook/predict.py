@@ -41,12 +41,12 @@ def lever_flags(changed: dict) -> list[str]:
     from source_code.options import to_argv
 
     out = [t for t in to_argv({k: v for k, v in changed.items() if v is not None}) if t.startswith("--")]
-    return out + [ALIASES[(k, v)] for k, v in changed.items() if (k, v) in ALIASES]
+    return out + [ALIASES[(k, v)] for k, v in changed.items() if isinstance(v, str) and (k, v) in ALIASES]
 
 
 @functools.lru_cache(maxsize=16)
-def _advise(path: str, warmup: int):
-    return labkit.advise(labkit.load_report(path), warmup=warmup)
+def _advise(path: str, warmup: int, min_gain: float = MIN_GAIN):
+    return labkit.advise(labkit.load_report(path), warmup=warmup, min_gain=min_gain)
 
 
 def _profile_of(step: str) -> tuple[str | None, str]:
@@ -61,11 +61,13 @@ def _profile_of(step: str) -> tuple[str | None, str]:
     return (path, "") if isinstance(path, str) else (None, f"'{step}' has no profiled run")
 
 
-def advice_frame(step: str, mode: str = MODE, *, builds_on: str | None = None):
+def advice_frame(step: str, mode: str = MODE, *, builds_on: str | None = None, min_gain: float = 1.0):
     """``labkit.advise`` on the profile of the step ``step`` builds on, or None with why not.
 
     Returns: (frame or None, why): the frame has finding, evidence, lever, predicted_speedup (x,
-    an upper bound), rule; ``why`` is '' with a frame.
+    an upper bound), rule; ``why`` is '' with a frame. ``min_gain``: findings with a smaller bound
+    are left out (default 1.0: all, so that a lever whose bound is under the noise of a
+    measurement still shows, with that bound).
     """
     base = step_of(step, builds_on=builds_on, mode=mode).builds_on
     if base is None:
@@ -73,25 +75,26 @@ def advice_frame(step: str, mode: str = MODE, *, builds_on: str | None = None):
     path, why = _profile_of(base)
     if path is None:
         return None, why
-    return _advise(path, warmup_batches(base, mode)), ""
+    return _advise(path, warmup_batches(base, mode), min_gain), ""
 
 
 def advice(step: str, mode: str = MODE, *, builds_on: str | None = None):
     """What the profile of the step ``step`` builds on says, shown before ``step`` runs: the
-    advise table (finding, evidence, lever, predicted_speedup) or a sentence saying why none."""
+    advise table (finding, evidence, lever, predicted_speedup; every finding, those under the
+    noise of a measurement too, as :func:`prediction` reads it) or a sentence saying why none."""
     frame, why = advice_frame(step, mode, builds_on=builds_on)
     if frame is None:
         return say(f"No advice for '{step}': {why}.")
     if frame.empty:
-        return say(f"No finding in the profile of '{step_of(step, builds_on=builds_on, mode=mode).builds_on}' "
-                   "has a bound above the noise of a measurement.")
+        return say(f"No finding in the profile of '{step_of(step, builds_on=builds_on, mode=mode).builds_on}'.")
     return frame[["finding", "evidence", "lever", "predicted_speedup"]]
 
 
 def prediction(step: str, mode: str = MODE, *, flags: dict | None = None, builds_on: str | None = None) -> dict:
     """The prediction ``step`` is run under: ``predicted_speedup`` (the bound of the finding whose
     lever is this step's change, None when none applies) and ``finding`` (that finding, or why
-    there is no bound). The largest bound wins when several findings name the change."""
+    there is no bound). The largest bound wins when several findings name the change; findings
+    under the noise count too (a bound of 1.01x is a prediction: no measurable gain)."""
     frame, why = advice_frame(step, mode, builds_on=builds_on)
     if frame is None:
         return {"predicted_speedup": None, "finding": f"none: {why}"}
@@ -117,16 +120,27 @@ def _top_stage(step: str, mode: str) -> str:
     return f"'{per.idxmax()}' is {per.max() / per.sum():.0%} of stage time"
 
 
-def _lesson(measured: float, bound: float, cores) -> str:
+def moved_most(before: dict, after: dict) -> str:
+    """'infer' took 207.5 ms a frame in 'baseline' and 50.0 ms here': the stage whose time per
+    frame (ledger ``stage_ms.*``, timed in-process) changed most between two rows; '' if none."""
+    keys = [k for k in after if k.startswith("stage_ms.") and isinstance(before.get(k), float)
+            and isinstance(after.get(k), float) and before[k] == before[k] and after[k] == after[k]]
+    if not keys:
+        return ""
+    k = max(keys, key=lambda k: abs(after[k] - before[k]))
+    return f"'{k[9:]}' took {before[k]:.1f} ms a frame in '{before['step']}' and {after[k]:.1f} ms here"
+
+
+def _lesson(measured: float, bound: float, moved: str) -> str:
+    also = f" ({moved})" if moved else ""
     if measured > bound * MIN_GAIN:
-        return ("above the bound: the change did more than the finding's lever could, so another stage's time "
-                "changed too (or the two runs met different contention); profile both and compare their stages")
+        return ("above the bound: more changed than the finding's lever could change, such as a stage the "
+                f"change should not touch{also}; profile both runs and compare their stages")
     if measured > bound:
         return f"at the bound, within the {MIN_GAIN - 1:.0%} noise of a measurement: the change gained all it could"
     if measured < 1 / MIN_GAIN:
-        on = f" on {int(cores)} cores" if isinstance(cores, (int, float)) and cores == cores else ""
-        return ("inside the bound, but slower: the bound counts only the time a change can save, not what the "
-                f"change itself costs (more threads{on}, hand-offs between them)")
+        return ("inside the bound, but slower: a bound counts only the time a change can save, not what the change "
+                f"costs or what else changed between the runs{also}")
     if measured < MIN_GAIN:
         return "inside the bound, with no gain beyond the noise of a measurement: the bound is a limit, not a promise"
     saved = (1 - 1 / measured) / (1 - 1 / bound) if bound > 1 else 1.0
@@ -155,7 +169,7 @@ def verdict(step: str, mode: str = MODE):
         return say(f"{head}; no bound was predicted ({row.get('finding', 'no prediction recorded')}).")
     top = _top_stage(base, mode)
     ctx = f" ({top})" if top else ""
-    lesson = _lesson(measured, bound, row.get("env.cpu_count"))
+    lesson = _lesson(measured, bound, moved_most(before.iloc[-1].to_dict(), row))
     return say(f"{head}, bound {bound:.2f}x from '{row.get('finding')}'{ctx}: {lesson}.")
 
 

@@ -2,6 +2,7 @@
 ledger rows that say what the step is (kind, builds_on) and how it went (status)."""
 from __future__ import annotations
 
+import time
 from typing import Mapping
 
 from labkit import bench
@@ -11,6 +12,7 @@ from labkit.ledger import Ledger, not_run
 from labbook.app import app_argv, app_options, capture_range, unavailable
 from labbook.outcome import Outcome
 from labbook.predict import prediction
+from labbook.text import Status
 from labbook.settings import LEDGER, MODE, PROFILES, RESULTS, settings, strict
 from labbook.steps import flags as step_flags
 from labbook.steps import step_of
@@ -48,15 +50,20 @@ def run_step(name: str, *, profile: bool = True, mode: str = MODE, kind: str | N
         led.append(not_run(name, status="skipped", reason=reason, config=flags, labels=labels))
         return Outcome(name, "skipped", reason, kind=step.kind, builds_on=step.builds_on)
     s, options = settings(mode), app_options(flags, mode=mode)
+    line = Status(f"`{name}`: {'one run under nsys, then ' if profile else ''}{s.repeats} measured run(s) of "
+                  f"{s.frames} frames, running...")
+    t0 = time.monotonic()
     try:
         result = bench.run(app_argv(options), step=name, repeats=s.repeats, warmup=None, profile=profile,
                            ledger=led, results_dir=RESULTS, profile_dir=PROFILES, env=env, progress=False,
                            capture_range=capture_range(flags), config=options, labels=labels)
     except bench.BenchError as e:
+        line.update(f"`{name}`: failed after {time.monotonic() - t0:.0f} s.")
         if strict():
             raise
         led.append(not_run(name, status="failed", reason=bench.error_line(e), config=options, labels=labels))
         return Outcome(name, "failed", bench.error_line(e), kind=step.kind, builds_on=step.builds_on)
+    line.update(f"`{name}`: done in {time.monotonic() - t0:.0f} s.")
     return Outcome(name, "ok", result=result, kind=step.kind, builds_on=step.builds_on)
 
 
@@ -76,9 +83,14 @@ def sweep(builds_on: str, option: str, values, *, step: str, mode: str = MODE, f
                                           labels=st.labels()))
         return Outcome(step, "skipped", reason, kind="sweep", builds_on=builds_on)
     s = settings(mode)
+    line = Status(f"sweep of `{option}` over {list(values)}: {len(names) * s.repeats} run(s) of {s.frames} frames, "
+                  "running...")
     first = step_of(names[0] if names else step, builds_on=builds_on, mode=mode, default_kind="sweep")
     labels = _labels(first, None, None, mode=mode, flags={**base, option: values[0]} if names else base)
     options = app_options(base, mode=mode)
-    return bench.sweep(lambda v: app_argv({**options, option: v}), option, list(values), step=step,
-                       config=options, repeats=s.repeats, warmup=None, ledger=LEDGER, results_dir=RESULTS,
-                       progress=False, on_error="raise" if strict() else "record", labels=labels)
+    t0 = time.monotonic()
+    out = bench.sweep(lambda v: app_argv({**options, option: v}), option, list(values), step=step,
+                      config=options, repeats=s.repeats, warmup=None, ledger=LEDGER, results_dir=RESULTS,
+                      progress=False, on_error="raise" if strict() else "record", labels=labels)
+    line.update(f"sweep of `{option}` over {list(values)}: done in {time.monotonic() - t0:.0f} s.")
+    return out

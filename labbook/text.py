@@ -30,3 +30,22 @@ def configure_pandas() -> None:
 
     pd.set_option("display.max_colwidth", None)
     pd.set_option("display.float_format", number)
+
+
+class Status:
+    """One line in a notebook cell that a long step updates in place (``IPython.display``
+    with a display id), so the cell is not a silent ``[*]``; nothing outside a kernel."""
+
+    def __init__(self, text: str):
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        self.handle = None
+        if shell is not None and getattr(shell, "kernel", None) is not None:
+            from IPython.display import display
+
+            self.handle = display(say(text), display_id=True)
+
+    def update(self, text: str) -> None:
+        if self.handle is not None:
+            self.handle.update(say(text))

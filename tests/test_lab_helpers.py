@@ -221,6 +221,15 @@ def test_compare_of_outcomes_and_step_names(ledger):
         lab.Outcome("c", "maybe")
 
 
+def test_compare_takes_a_bench_result(ledger):
+    """Notebook 03's exercise compares run_parallel's Result with a step (it raised TypeError)."""
+    from labkit.bench_core import Result
+
+    add(ledger, "streams2", 10.0)
+    two = Result("processes2", "processes2-np2", ("python",), {}, pd.DataFrame(), {"fps": 12.0, "repeats": 1})
+    assert lab.compare(two, "streams2").data.startswith("'processes2': 12.00 frames/s against 10.00 for 'streams2'")
+
+
 def test_best_picks_the_highest_metric():
     f = pd.DataFrame({"batch_size": [1, 2, 4], "fps": [3.0, 5.0, float("nan")]})
     assert lab.best(f, "batch_size") == 2

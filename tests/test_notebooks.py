@@ -51,6 +51,14 @@ def test_whole_lab_runs_headless_in_small_mode(tmp_path):
     assert executed == [b.name for b in BOOKS]
     timings = json.loads((tmp_path / "reports" / "notebooks" / "timings.json").read_text())
     assert sorted(timings) == executed and all(t["seconds"] > 0 and t["mode"] == "small" for t in timings.values())
+    for book in BOOKS[:4]:  # 00-03: nothing on stderr (nsys progress, warnings)
+        nb = json.loads((tmp_path / "reports" / "notebooks" / book.name).read_text())
+        err = [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("name") == "stderr"]
+        assert not err, (book.name, err[:2])
+    import labkit
+    lab_rows = labkit.Ledger(tmp_path / "reports" / "ledger.jsonl").read()
+    lab_rows = lab_rows[lab_rows["kind"] != "exercise"]
+    assert lab_rows["finding"].notna().all(), lab_rows.loc[lab_rows["finding"].isna(), "step"].tolist()
 
     # the finished run saved as reference results, as on the H100 (--max-mb 0: every export trimmed)
     reports, dest = tmp_path / "reports", tmp_path / "reference"
@@ -62,7 +70,6 @@ def test_whole_lab_runs_headless_in_small_mode(tmp_path):
     for name in ("ledger.jsonl", "speedup.md", "speedup.png", "doctor.txt", "lab_timings.json",
                  "baseline.sqlite", "timeline_baseline.png", "queues.sqlite"):
         assert (saved / name).stat().st_size > 0, name
-    import labkit
     saved_rows, rows = labkit.Ledger(saved / "ledger.jsonl").read(), labkit.Ledger(reports / "ledger.jsonl").read()
     assert saved_rows["step"].tolist() == rows["step"].tolist() and str(tmp_path) not in (saved / "ledger.jsonl").read_text()
     table, rows = labkit.speedup_table(reports / "ledger.jsonl"), labkit.Ledger(reports / "ledger.jsonl").read()
@@ -121,3 +128,36 @@ def test_notebooks_import_the_installed_lab_package(book):
     assert "mAP@0.5" not in text.replace("`mAP@0.5`", "")
     nexts = [line for line in text.splitlines() if line.startswith("**Next:**")]
     assert all("](0" in line for line in nexts), nexts
+
+
+def _cells(name: str, kind: str) -> list[str]:
+    nb = json.loads(next(b for b in BOOKS if b.name.startswith(name)).read_text())
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == kind]
+
+
+def test_learners_type_nsys_in_01():
+    """01 runs `!nsys profile` and `!nsys stats` with the installed nsys's report name."""
+    lines = [ln.strip() for src in _cells("01_", "code") for ln in src.splitlines()]
+    assert any(ln.startswith("!nsys profile ") for ln in lines)
+    assert any(ln.startswith("!nsys stats ") and "--report {NVTX_SUM}" in ln for ln in lines)
+    assert any("lab.stats_report(" in ln for ln in lines) and any("lab.agreement(" in ln for ln in lines)
+
+
+@pytest.mark.parametrize("name", ["02_", "03_"])
+def test_each_step_is_predicted_then_judged(name):
+    """A lab step's run_step comes after lab.advice of that step and before lab.verdict of it."""
+    code = _cells(name, "code")
+    runs = [i for i, src in enumerate(code) if "lab.run_step(" in src and 'kind="exercise"' not in src]
+    assert runs
+    for i in runs:
+        assert any("lab.advice(" in src for src in code[:i]), code[i]
+        assert any("lab.verdict(" in src for src in code[i + 1:]), code[i]
+
+
+@pytest.mark.parametrize("name", ["00_", "01_", "02_", "03_"])
+def test_exercises_have_a_solution_and_an_expected_result(name):
+    text = "\n".join(_cells(name, "markdown"))
+    assert "### Your turn" in text and "<details><summary>Solution</summary>" in text
+    assert "**Expected**" in text and "CPU VM" in text  # the machine the expected figures come from
+    if name != "00_":
+        assert any("lab.next_lever(" in src for src in _cells(name, "code"))  # the closing lever is computed
