@@ -15,7 +15,10 @@ It holds what every notebook needs and no lesson; each module has one job:
 - ``latency``: Little's law on the ledger, ``frames_held`` by the queues, a ``camera_clip``;
 - ``reference``: this machine's ledger and table, and the reference machine's;
 - ``display``: reports, comparisons and columns shown in the notebooks; ``text``: sentences
-  (``say``) and pandas display settings, applied on import (cells in full, no ``1e+07``).
+  (``say``) and pandas display settings, applied on import (cells in full, no ``1e+07``);
+- ``evidence`` (a lever's GPU evidence, and the committed H100 evidence where this machine lacks
+  a GPU), ``interval`` (notebook 06: detected frames, the accuracy floor), ``summary``
+  (notebook 07: table or note, figures, take-aways, quiz): modules, as ``lab.evidence`` etc.
 """
 from labbook.app import app_argv, app_command, app_options, backends, capture_range, device_of, unavailable
 from labbook.commands import agreement, nsys_on_path, stats_report
@@ -34,6 +37,8 @@ from labbook.steps import Step, builds_on_map, catalogue, flags
 from labbook.text import configure_pandas, say
 from labbook.video import ground_truth, sample_video, show_frame, video_info
 
+from labbook import evidence, interval, summary  # noqa: E402  (modules for 04-07)
+
 configure_pandas()  # the notebooks' tables: full text, integers as integers
 
 __all__ = [
@@ -45,4 +50,5 @@ __all__ = [
     "kernels", "copies", "ranges", "overlap", "window", "warmup_batches", "compare", "best", "table_columns",
     "jumps", "say", "configure_pandas", "advice", "prediction", "verdict", "next_lever",
     "nsys_on_path", "stats_report", "agreement", "camera_clip", "frames_held", "littles_law", "latency_lesson",
+    "evidence", "interval", "summary",
 ]

@@ -5,6 +5,7 @@
     charts.fps_vs_accuracy(Ledger("reports/ledger.jsonl").read(), accuracy="map50")
     charts.stage_bars(Ledger("reports/ledger.jsonl").read())
     charts.tradeoff(sweep_frame, label="batch_size")
+    charts.predicted_vs_measured(speedup_table("reports/"))
 
 Ledger frames may hold several rows per step and machine; like the speed-up table, the plots
 use the latest one (:func:`labkit.tables.latest_rows`). Sized for a notebook cell (about 8x4 in).
@@ -18,7 +19,7 @@ import pandas as pd
 from labkit.style import stage_color
 from labkit.tables import SpeedupTable, latest_rows
 
-__all__ = ["speedup_bars", "fps_vs_accuracy", "stage_bars", "tradeoff"]
+__all__ = ["speedup_bars", "fps_vs_accuracy", "stage_bars", "tradeoff", "predicted_vs_measured", "predictions"]
 
 _WIDTH = 8.0
 
@@ -159,4 +160,64 @@ def tradeoff(frame: pd.DataFrame, *, label: str, title: str | None = None):
     ax.set_title(title or f"latency against throughput, by {label}")
     ax.grid(alpha=0.3)
     ax.margins(0.15)
+    return fig
+
+
+def predictions(table: SpeedupTable, machine: str | None = None) -> pd.DataFrame:
+    """Each step's predicted speed-up beside the one measured, on one machine.
+
+    Args:
+        table: a speed-up table with ``builds_on`` (``labkit.speedup_table``); its ``rows`` carry
+            the ledger's ``predicted_speedup`` where a step was run under a prediction.
+        machine: one of ``table.machines`` (default: the first).
+    Returns: index ``step``; columns ``builds_on``, ``predicted`` (the upper bound the step ran
+    under, NaN where none), ``measured`` (its metric over the step it builds on), ``within``
+    (measured <= predicted; NA without a prediction). Steps without a measured gain are left out.
+    """
+    machine = machine or (table.machines[0] if table.machines else None)
+    if machine is None or machine not in table.over_builds_on.columns:
+        return pd.DataFrame(columns=["builds_on", "predicted", "measured", "within"]).rename_axis("step")
+    rows = table.rows
+    if "predicted_speedup" in rows.columns and "machine" in rows.columns:
+        pred = rows[rows["machine"] == machine].set_index("step")["predicted_speedup"].astype(float)
+    else:
+        pred = pd.Series(dtype=float)
+    out = pd.DataFrame({"builds_on": table.steps["builds_on"] if "builds_on" in table.steps else None,
+                        "predicted": pred.reindex(table.over_builds_on.index),
+                        "measured": table.over_builds_on[machine].astype(float)})
+    out = out.dropna(subset=["measured"])
+    out["within"] = [pd.NA if math.isnan(p) else bool(m <= p) for p, m in zip(out["predicted"], out["measured"])]
+    return out.rename_axis("step")
+
+
+def predicted_vs_measured(table: SpeedupTable, *, machine: str | None = None, title: str | None = None):
+    """Measured speed-up of each step over the step it builds on (bars), with the predicted
+    upper bound it ran under (a black tick; none where the step had no prediction).
+
+    A bar above its tick beat the bound: the prediction's model of the pipeline was wrong. The
+    dashed line marks 1x (no gain over the step built on). Raises ValueError when no step has a
+    measured gain over a step it builds on (a ledger with the baseline only).
+    """
+    p = predictions(table, machine)
+    if len(p) == 0:
+        raise ValueError("no step has a measured speed-up over the step it builds on: run a step after the baseline")
+    fig, axes = _figure(height=4.2)
+    ax = axes[0, 0]
+    xs = list(range(len(p)))
+    colors = ["tab:green" if w is True else "tab:red" if w is False else "tab:gray" for w in p["within"]]
+    bars = ax.bar(xs, p["measured"], 0.6, color=colors, label="measured")
+    for bar, v in zip(bars, p["measured"]):
+        ax.annotate(f"{v:.2f}x", (bar.get_x() + bar.get_width() / 2, v), ha="center", va="bottom", fontsize=8,
+                    xytext=(0, 2), textcoords="offset points")
+    has = p["predicted"].notna()
+    ax.scatter([x for x, h in zip(xs, has) if h], p["predicted"][has], marker="_", s=900, color="black",
+               linewidths=2.5, zorder=3, label="predicted bound")
+    ax.axhline(1.0, color="0.3", lw=1, ls="--")
+    crowded = len(p) > 4
+    ax.set_xticks(xs, [f"{s}\n(on {b})" if isinstance(b, str) else s for s, b in zip(p.index, p["builds_on"])],
+                  rotation=20 if crowded else 0, ha="right" if crowded else "center", fontsize=8)
+    ax.set_ylabel(f"{table.metric} over the step built on")
+    ax.set_title(title or "Predicted bound against measured speed-up, per step")
+    ax.margins(y=0.12)
+    ax.legend(fontsize=8)
     return fig

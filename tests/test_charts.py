@@ -107,3 +107,45 @@ def test_tradeoff_labels_each_point():
     assert fig.axes[0].get_xlabel() == "throughput (frames/s)"
     with pytest.raises(ValueError, match="no 'streams' column"):
         charts.tradeoff(f, label="streams")
+
+
+def _predicted_ledger(tmp_path, rows):
+    led = Ledger(tmp_path / "p.jsonl")
+    for step, fps, builds_on, pred in rows:
+        rec = {"step": step, "env": XEON, "metrics": {"fps": fps}, "builds_on": builds_on}
+        if pred is not None:
+            rec["predicted_speedup"] = pred
+        led.append(rec)
+    return speedup_table(led.read())
+
+
+def test_predicted_vs_measured_bars_and_bounds(tmp_path):
+    """Measured is fps over the step built on (not over the baseline); a bar above its bound is red."""
+    table = _predicted_ledger(tmp_path, [("baseline", 10.0, None, None), ("queues", 12.0, "baseline", 1.18),
+                                         ("batch4", 18.0, "queues", 1.25), ("compile", 20.0, "batch4", None)])
+    p = charts.predictions(table)
+    assert list(p.index) == ["queues", "batch4", "compile"]
+    assert p["measured"].round(3).tolist() == [1.2, 1.5, 1.111]
+    assert p["within"].tolist()[:2] == [False, False] and p["within"].isna().tolist() == [False, False, True]
+    fig = charts.predicted_vs_measured(table)
+    assert _png(fig, tmp_path / "pvm.png") == (800, 420)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == ["1.20x", "1.50x", "1.11x"]
+    ticks = ax.collections[0].get_offsets()  # the predicted bounds: only steps that had one
+    assert ticks[:, 1].round(2).tolist() == [1.18, 1.25]
+    assert [t.get_text() for t in ax.get_xticklabels()][0] == "queues\n(on baseline)"
+
+
+def test_predicted_vs_measured_within_bound_is_green(tmp_path):
+    table = _predicted_ledger(tmp_path, [("baseline", 10.0, None, None), ("queues", 11.0, "baseline", 1.18)])
+    assert charts.predictions(table)["within"].tolist() == [True]
+    fig = charts.predicted_vs_measured(table)
+    assert fig.axes[0].patches[0].get_facecolor()[:3] == pytest.approx((0.17254901960784313, 0.6274509803921569,
+                                                                        0.17254901960784313))
+
+
+def test_predicted_vs_measured_needs_a_step_after_the_baseline(tmp_path):
+    table = _predicted_ledger(tmp_path, [("baseline", 10.0, None, None)])
+    assert len(charts.predictions(table)) == 0
+    with pytest.raises(ValueError, match="run a step after the baseline"):
+        charts.predicted_vs_measured(table)

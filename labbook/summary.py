@@ -1,0 +1,156 @@
+"""Notebook 07's computed parts: the table or a note when the ledger is too sparse, its figures,
+the take-aways read from the table, and a self-check quiz whose answers come from the ledger.
+
+Every function takes the table (``labkit.tables.SpeedupTable``) or the note that stands in for
+it, and returns a note (``say``) instead of raising when there is too little to show.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import labkit
+from labkit.tables import SpeedupTable, SpeedupTableError
+
+from labbook.reference import speedup
+from labbook.settings import LEDGER
+from labbook.text import say
+
+SLOWER = 0.95
+"""A step under this fraction of the step it builds on made things slower (beyond ~5 % noise)."""
+
+
+def summary_table(**kw):
+    """``lab.speedup(**kw)``, or a note when the ledger has no baseline or no row yet."""
+    try:
+        return speedup(**kw)
+    except SpeedupTableError as e:
+        return say(f"No speed-up table yet: {e}. Run notebook 01 (the baseline) and the later notebooks, "
+                   f"then this one again. Ledger: `{LEDGER}`.")
+
+
+NO_TABLE = "Nothing to show yet: there is no speed-up table (the note under the table above says why)."
+
+
+def _enough(table) -> bool:
+    return isinstance(table, SpeedupTable) and table.speedup.iloc[:, 0].notna().sum() >= 2
+
+
+def _sparse():
+    return say("Only the baseline is in the ledger so far: nothing to compare it with yet. "
+               "Run notebooks 02 to 06, then this one again.")
+
+
+def guard(table, show):
+    """``show(table)`` when the table has a step beside the baseline; else the note saying why not."""
+    if not _enough(table):
+        return say(NO_TABLE) if not isinstance(table, SpeedupTable) else _sparse()
+    return show(table)
+
+
+def write(table, path: Path):
+    """Write the table as markdown to ``path`` (``speedup.md``) and return its text as a note to
+    show; the note itself when there is no table yet (nothing is written)."""
+    if not isinstance(table, SpeedupTable):
+        return table
+    text = table.to_markdown()
+    Path(path).write_text(text + "\n")
+    return say(f"Written to `{path}`:\n\n{text}")
+
+
+def figure(table, kind: str, folder: Path | None = None):
+    """One of 07's figures (``speedup``, ``fps_vs_map50``, ``stages``, ``predicted``), saved as
+    ``<folder>/<kind>.png`` when ``folder`` is given; a note when the table is too sparse."""
+    if not _enough(table):
+        return guard(table, None)
+    charts = labkit.charts
+    rows = table.rows
+    try:
+        fig = {"speedup": lambda: charts.speedup_bars(table),
+               "fps_vs_map50": lambda: charts.fps_vs_accuracy(rows, accuracy="map50"),
+               "stages": lambda: charts.stage_bars(rows),
+               "predicted": lambda: charts.predicted_vs_measured(table)}[kind]()
+    except ValueError as e:  # e.g. no accuracy or stage columns in these rows: say so
+        return say(f"No `{kind}` figure: {e}.")
+    if folder is not None:
+        fig.savefig(Path(folder) / f"{kind}.png", dpi=110)
+    return fig
+
+
+def facts(table) -> dict:
+    """The figures the take-aways and the quiz are computed from (this machine's column):
+    ``fastest``/``fastest_x`` (over the baseline), ``top``/``top_x``/``top_on`` (largest gain
+    over the step built on), ``slower`` (steps under :data:`SLOWER` of theirs), ``mota_step`` /
+    ``mota_drop`` (largest MOTA loss against the baseline), ``predicted``/``within`` (steps run
+    under a prediction, and those that stayed inside it), ``baseline_fps``."""
+    sp = table.speedup.iloc[:, 0].dropna()
+    machine = table.machines[0]
+    over = table.over_builds_on[machine].dropna() if machine in table.over_builds_on else sp.iloc[:0]
+    out = {"machine": machine, "fastest": sp.idxmax(), "fastest_x": float(sp.max()),
+           "baseline_fps": float(table.values.loc[table.baseline, machine]),
+           "slower": [s for s, v in over.items() if v < SLOWER]}
+    if len(over):
+        out.update(top=over.idxmax(), top_x=float(over.max()), top_on=table.steps.loc[over.idxmax(), "builds_on"])
+    mota = table.accuracy.get(f"mota ({machine})")
+    if mota is not None and mota.notna().sum() >= 2 and not math.isnan(mota.get(table.baseline, math.nan)):
+        drop = (mota[table.baseline] - mota).dropna()
+        out.update(mota_step=drop.idxmax(), mota_drop=float(drop.max()))
+    p = labkit.charts.predictions(table, machine)
+    p = p[p["predicted"].notna()]
+    out.update(predicted=list(p.index), within=[s for s, w in p["within"].items() if w is True])
+    return out
+
+
+def takeaways(table):
+    """The take-aways of this machine's run, each computed from the table (a note when sparse)."""
+    if not _enough(table):
+        return guard(table, None)
+    f = facts(table)
+    lines = [f"- **Fastest step: `{f['fastest']}`**, {f['fastest_x']:.2f}x the baseline's "
+             f"{f['baseline_fps']:.1f} frames/s on {f['machine']}."]
+    if "top" in f:
+        lines.append(f"- **Largest single change: `{f['top']}`**, {f['top_x']:.2f}x the step it builds on "
+                     f"(`{f['top_on']}`).")
+    if f["slower"]:
+        lines.append(f"- **Not every lever helps here:** {', '.join(f'`{s}`' for s in f['slower'])} ran slower "
+                     f"than the step each builds on (under {SLOWER:.0%} of it). Measure on your hardware.")
+    if "mota_step" in f and f["mota_drop"] > 0:
+        lines.append(f"- **Speed can cost accuracy:** `{f['mota_step']}` lost the most MOTA, "
+                     f"{f['mota_drop']:.3f} below the baseline; decide with both numbers side by side.")
+    if f["predicted"]:
+        lines.append(f"- **Predict, then measure:** {len(f['within'])} of {len(f['predicted'])} steps run under "
+                     f"a prediction stayed within their predicted bound; a step above its bound shows where "
+                     f"the model of the pipeline was wrong.")
+    return say("\n".join(lines))
+
+
+def _question(q: str, answer: str) -> str:
+    return f"{q}\n\n<details><summary>Answer (from your ledger)</summary>\n\n{answer}\n\n</details>\n"
+
+
+def quiz(table):
+    """A short self-check quiz: questions about this run, answers computed from the learner's own
+    ledger and hidden under ``<details>`` (a note when the ledger is too sparse)."""
+    if not _enough(table):
+        return guard(table, None)
+    f = facts(table)
+    qs = [_question("**1.** Which step made the pipeline fastest, and by how much over the baseline?",
+                    f"`{f['fastest']}`: {f['fastest_x']:.2f}x.")]
+    if "top" in f:
+        qs.append(_question("**2.** Which single change gained most over the step it builds on? Why is that a "
+                            "fairer measure of a change than its speed-up over the baseline?",
+                            f"`{f['top']}`, {f['top_x']:.2f}x over `{f['top_on']}`. Speed-up over the baseline "
+                            f"also counts every change made before it."))
+    qs.append(_question("**3.** Which steps were slower than the step they build on?",
+                        ", ".join(f"`{s}`" for s in f["slower"]) or "None in your run."))
+    if "mota_step" in f:
+        qs.append(_question("**4.** Which step cost the most tracking accuracy (MOTA), and how much?",
+                            f"`{f['mota_step']}`, {f['mota_drop']:+.3f} below the baseline."))
+    if f["predicted"]:
+        outside = [s for s in f["predicted"] if s not in f["within"]]
+        qs.append(_question("**5.** Which steps beat the upper bound they were predicted under, and what does "
+                            "that say about the prediction?",
+                            (", ".join(f"`{s}`" for s in outside) + ": the bound assumed the wrong stage limits "
+                             "throughput, or the step changed more than one thing.") if outside
+                            else "None: every measured gain stayed inside its bound."))
+    return say("\n".join(qs))
