@@ -33,7 +33,7 @@ from labbook.reference import (both_machines, fastest, ledger, reference_configu
 from labbook.runs import run_step, sweep
 from labbook.settings import (APP, DATA, LEDGER, MODE, MODES, PROFILES, REFERENCE, REPORTS, RESULTS, ROOT, SETTINGS,
                               STAGES, VIDEOS, Settings, gpu_available, settings)
-from labbook.steps import Step, builds_on_map, catalogue, flags
+from labbook.steps import SCALE_OUT, Step, builds_on_map, catalogue, flags, recorded_options, scale_out
 from labbook.text import configure_pandas, say
 from labbook.video import ground_truth, sample_video, show_frame, video_info
 
@@ -42,6 +42,7 @@ from labbook import evidence, interval, summary  # noqa: E402  (modules for 04-0
 configure_pandas()  # the notebooks' tables: full text, integers as integers
 
 __all__ = [
+    "SCALE_OUT", "recorded_options", "scale_out",
     "APP", "DATA", "LEDGER", "MODE", "MODES", "PROFILES", "REFERENCE", "REPORTS", "RESULTS", "ROOT", "SETTINGS",
     "STAGES", "VIDEOS", "Settings", "gpu_available", "settings", "sample_video", "video_info", "ground_truth",
     "show_frame", "Step", "catalogue", "flags", "builds_on_map", "app_options", "app_argv", "app_command",
