@@ -33,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from labkit import bench
+from labkit.env import cache_dir
 from labkit.errors import LabkitError
 from labkit.ledger import Ledger, machine_label
 from source_code.options import to_argv
@@ -78,7 +79,7 @@ def options(clip: Path, frames: int, device: str, flags: dict, out: Path) -> dic
     """Every option of one configuration's run (what its ledger row records as ``config``); a run
     that draws writes its video under ``out``, passed as a flag, not through the environment."""
     drawn = flags.get("osd", True) is not False and not flags.get("decode_only")
-    return {"inputs": [str(clip)], "frames": frames, "device": device,
+    return {"inputs": [str(clip)], "frames": frames, "device": device, "cache_dir": str(cache_dir() / "backends"),
             **({"output": str(out / f"{clip.stem}.tracked.mp4")} if drawn else {}), **flags}
 
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from labbook.settings import APP, MODE, VIDEOS, gpu_available, settings
+from labkit.env import cache_dir
 
 
 def app_options(flags: dict, *, video: Path | None = None, mode: str = MODE) -> dict:
@@ -21,7 +22,8 @@ def app_options(flags: dict, *, video: Path | None = None, mode: str = MODE) -> 
 
     s = settings(mode)
     video = Path(video or sample_video(mode))
-    opts: dict = {"inputs": [str(video)], "frames": s.frames, "warmup": s.warmup}
+    opts: dict = {"inputs": [str(video)], "frames": s.frames, "warmup": s.warmup,
+                  "cache_dir": str(cache_dir() / "backends")}
     if s.input_hw:
         opts["input_hw"] = s.input_hw
     if flags.get("osd", True) is not False:  # drawing on: the video is written, under REPORTS

@@ -23,6 +23,7 @@ __all__ = [
     "nsys_version_tuple",
     "package_version",
     "reports_dir",
+    "cache_dir",
     "gpu_info",
     "visible_gpus",
     "match_cuda_devices",
@@ -94,6 +95,16 @@ def reports_dir(default: str | os.PathLike = "reports") -> Path:
     Read at call time, so a notebook may set the variable after importing labkit.
     """
     return Path(os.environ.get("LABKIT_REPORTS") or default)
+
+
+def cache_dir() -> Path:
+    """labkit's per-user cache root: ``$LABKIT_CACHE_DIR``, else ``~/.cache/labkit``.
+
+    The one home of that folder: nsys exports of read-only reports go to ``exports/`` under it,
+    and the lab passes ``backends/`` under it to the application as ``--cache-dir`` (the
+    application reads no labkit variable). Read at call time; nothing is created here.
+    """
+    return Path(os.environ.get("LABKIT_CACHE_DIR") or Path.home() / ".cache" / "labkit")
 
 
 def package_version(name: str) -> str | None:

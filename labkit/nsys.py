@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from labkit.env import nsys_version
+from labkit.env import cache_dir, nsys_version
 from labkit.errors import LabkitError, check_writable, output_error
 from labkit.errors import output_tail as _tail
 
@@ -365,9 +365,8 @@ _VERSION = re.compile(rb"20[1-3]\d\.\d+\.\d+(?:\.\d+)?")
 
 def export_cache_dir() -> Path:
     """Per-user folder for exports of reports in read-only folders (mode 0700):
-    ``$LABKIT_CACHE_DIR/exports``, else ``~/.cache/labkit/exports``."""
-    root = os.environ.get("LABKIT_CACHE_DIR")
-    path = Path(root) / "exports" if root else Path.home() / ".cache" / "labkit" / "exports"
+    ``labkit.env.cache_dir() / "exports"``."""
+    path = cache_dir() / "exports"
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.chmod(0o700)
     return path

@@ -85,6 +85,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("results", "--results", "results JSON path (schema: labkit.annotate.RESULTS_FIELDS)", type=str),
     Option("overwrite", "--overwrite", "replace an --output/--results file that this program did not write",
            default=False, kind="switch"),
+    Option("cache_dir", "--cache-dir", "folder for converted models (ONNX, INT8, TensorRT engines) and the FLOPs "
+           "count (default ~/.cache/labkit/backends)", type=str, metavar="PATH"),
     Option("weights", "--weights", "detector weights (default source_code/weights/detector.pt)", type=str),
     Option("channels_last", "--channels-last", "NHWC memory format for the detector", default=False, kind="switch"),
     Option("cuda_graphs", "--cuda-graphs", "replay the forward pass as a CUDA graph", default=False, kind="switch"),

@@ -51,7 +51,8 @@ def _detector(cfg: Any, device, input_hw, n_streams: int = 1):
             raise
         raise PipelineError(f"cannot load detector weights {cfg.weights or 'weights/detector.pt'}: "
                             f"{str(e).splitlines()[0]}", EXIT_UNAVAILABLE) from None
-    flops = flops_per_frame(model, input_hw, count_flops, backends.default_cache_dir())
+    cache = Path(cfg.cache_dir) if cfg.cache_dir else backends.default_cache_dir()
+    flops = flops_per_frame(model, input_hw, count_flops, cache)
     model_info = {"weights": str(cfg.weights or DEFAULT_WEIGHTS),
                   "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 3),
                   "gflops_per_frame": round(flops / 1e9, 3),
@@ -62,7 +63,7 @@ def _detector(cfg: Any, device, input_hw, n_streams: int = 1):
         infer_fn = backends.make_backend(model, backend=cfg.backend, precision=cfg.precision, device=device,
                                          batch_size=cfg.batch_size, channels_last=cfg.channels_last,
                                          cuda_graphs=cfg.cuda_graphs, compile=cfg.compile, input_hw=input_hw,
-                                         batch_sizes=sizes, tf32=TF32[cfg.tf32])
+                                         batch_sizes=sizes, tf32=TF32[cfg.tf32], cache_dir=cache)
     except backends.BackendUnavailable as e:
         oom = out_of_memory_message(e, cfg)  # an engine build that ran out of memory
         raise PipelineError(oom or str(e), EXIT_OOM if oom else EXIT_UNAVAILABLE) from None

@@ -29,7 +29,8 @@ def clip(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+    # the application reads no cache variable: every run here passes --cache-dir (FAST is in each argv)
+    monkeypatch.setitem(globals(), "FAST", [*FAST, "--cache-dir", str(tmp_path_factory.getbasetemp() / "cache")])
 
 
 def cli(*args, cwd=ROOT):

@@ -2,7 +2,7 @@
 
 Real clips (source_code.scenes, 320x192, 30 fps, 1 s) decoded by OpenCV; the CLI runs as a
 subprocess the way the lab runs it, with $LABKIT_REPORTS (the default output folder) and
-$LABKIT_CACHE_DIR pointing into tmp_path.
+--cache-dir pointing into tmp_path.
 """
 from __future__ import annotations
 
@@ -33,10 +33,10 @@ def clip(tmp_path_factory):
 def cli(tmp_path: Path, *args: str, timeout: float = 120):
     """Run the real CLI with a results file; return (exit code, stderr lines, stdout, results doc or None)."""
     res = tmp_path / "r.json"
-    env = {**os.environ, "LABKIT_REPORTS": str(tmp_path / "reports"), "LABKIT_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "LABKIT_REPORTS": str(tmp_path / "reports")}
     env.pop("LABKIT_DEBUG", None)
-    r = subprocess.run([sys.executable, str(APP), *args, "--results", str(res)], capture_output=True, text=True,
-                       timeout=timeout, env=env, cwd=tmp_path)
+    argv = [sys.executable, str(APP), *args, "--results", str(res), "--cache-dir", str(tmp_path / "cache")]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
     assert "Traceback" not in r.stderr, r.stderr
     err = [line for line in r.stderr.splitlines() if line.strip()]
     doc = json.loads(res.read_text()) if res.exists() else None

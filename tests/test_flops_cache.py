@@ -116,16 +116,16 @@ def test_cache_that_is_not_an_object_is_ignored(model, direct, tmp_path, content
 
 
 def test_pipeline_reports_and_reuses_the_cached_value(tmp_path, monkeypatch):
-    """run_pipeline stores FLOPs in $LABKIT_CACHE_DIR/flops.json and reads them back on the next run."""
+    """run_pipeline stores FLOPs in <--cache-dir>/flops.json and reads them back on the next run."""
     import source_code.detector as detector
     from source_code.detect_video import main
     from source_code.scenes import SceneConfig, make_video
 
     video, _ = make_video(tmp_path / "c.mp4", seconds=0.2, config=SceneConfig(seed=3, width=320, height=192, fps=10))
     cache_dir = tmp_path / "cache"
-    monkeypatch.setenv("LABKIT_CACHE_DIR", str(cache_dir))
     monkeypatch.setenv("LABKIT_REPORTS", str(tmp_path / "reports"))
-    args = ["--input", str(video), "--input-hw", "96x160", "--device", "cpu", "--warmup", "0", "--no-osd"]
+    args = ["--input", str(video), "--input-hw", "96x160", "--device", "cpu", "--warmup", "0", "--no-osd",
+            "--cache-dir", str(cache_dir)]
 
     assert main([*args, "--results", str(tmp_path / "r1.json")]) == 0
     known = cache(cache_dir)

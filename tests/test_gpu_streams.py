@@ -35,16 +35,19 @@ def clip(tmp_path_factory):
     return video
 
 
+CACHE = ""  # the application's cache folder, set per test: runs pass it as --cache-dir (it reads no variable)
+
+
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "backend_cache"))
+    monkeypatch.setitem(globals(), "CACHE", str(tmp_path_factory.getbasetemp() / "backend_cache"))
 
 
 def short_run(clip, *, device="cpu", queues=False, spy=None, before=None, wrap=None, **flags):
     """Run the pipeline's stages over the clip (batch 2 unless given); returns (finished batches, stages).
     ``spy(b)`` runs as an extra stage between preprocess and infer; ``before(stages)`` before the
     run; the runner calls ``wrap(name, stage)`` instead of each stage when given."""
-    cfg = PipelineConfig(inputs=(str(clip),), device=device, queues=queues, input_hw=HW,
+    cfg = PipelineConfig(inputs=(str(clip),), device=device, queues=queues, input_hw=HW, cache_dir=CACHE,
                          **{"batch_size": 2, **flags})
     dev = checks.resolve_device(device)
     _, backend = pipeline._detector(cfg, dev, HW, 1)
@@ -140,7 +143,8 @@ def test_detector_receives_the_layout_the_flags_ask_for(clip, device, gpu_prepro
 
 def run_main(clip, tmp_path, *flags):
     res = tmp_path / "r.json"
-    rc = main(["--input", str(clip), "--input-hw", "96x160", "--warmup", "2", "--no-osd", *flags, "--results", str(res)])
+    rc = main(["--input", str(clip), "--input-hw", "96x160", "--warmup", "2", "--no-osd", *flags, "--results", str(res),
+               "--cache-dir", CACHE])
     return rc, json.loads(res.read_text())
 
 

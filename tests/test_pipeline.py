@@ -40,7 +40,8 @@ def _cache(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _reports(tmp_path, monkeypatch, _cache):
     monkeypatch.setenv("LABKIT_REPORTS", str(tmp_path / "reports"))
-    monkeypatch.setenv("LABKIT_CACHE_DIR", str(_cache))
+    # the application reads no cache variable: every run here passes --cache-dir (FAST is in each argv)
+    monkeypatch.setitem(globals(), "FAST", [*FAST, "--cache-dir", str(_cache)])
 
 
 def run(args, tmp_path, capsys=None):
@@ -305,7 +306,7 @@ def test_refuses_to_overwrite_an_input(clip, tmp_path):
 
 
 @pytest.mark.parametrize("mode", [[], ["--queues"]], ids=["sync", "queued"])
-def test_out_of_memory_names_the_fix(clip, tmp_path, mode):
+def test_out_of_memory_names_the_fix(clip, tmp_path, mode, _cache):
     """A real allocation failure: the process may use 8 GiB of address space, and a batch of 4
     frames at a 16384x16384 input needs more. One line naming smaller settings, exit code 4,
     a results file that says 'failed'."""
@@ -317,7 +318,7 @@ def test_out_of_memory_names_the_fix(clip, tmp_path, mode):
     res = tmp_path / "r.json"
     r = subprocess.run([sys.executable, "source_code/detect_video.py", "--input", str(clip), "--frames", "8",
                         "--batch-size", "4", "--input-hw", "16384x16384", "--device", "cpu", "--warmup", "0",
-                        "--no-osd", "--results", str(res), *mode],
+                        "--no-osd", "--results", str(res), "--cache-dir", str(_cache), *mode],
                        capture_output=True, text=True, timeout=300, preexec_fn=limit)
     err = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 4 and len(err) == 1, r.stderr[-2000:]

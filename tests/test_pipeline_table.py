@@ -49,6 +49,8 @@ def test_exit_status_and_files(table_run):
     # repository, nor where $LABKIT_REPORTS points
     assert sorted(p.name for p in out.glob("*.mp4")) == ["clip.tracked.mp4"]
     assert not (tmp / "reports").exists()
+    # the script passes labkit's cache (here $LABKIT_CACHE_DIR) to the application as --cache-dir
+    assert (tmp / "cache" / "backends" / "flops.json").is_file()
 
 
 def test_csv_rows_speedup_and_ceiling(table_run):

@@ -20,15 +20,11 @@ def clip(tmp_path_factory):
     return video
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
-
-
 def run(clip, tmp_path, *flags):
     res = tmp_path / "r.json"
     assert main(["--input", str(clip), "--input-hw", "96x160", "--device", "cpu", "--warmup", str(2 * BATCH),
-                 "--batch-size", str(BATCH), "--no-osd", "--results", str(res), *flags]) == 0
+                 "--batch-size", str(BATCH), "--no-osd", "--results", str(res),
+                 "--cache-dir", str(tmp_path.parent / "cache"), *flags]) == 0  # the cache shared by the tests
     return json.loads(res.read_text())
 
 

@@ -1,7 +1,7 @@
 """Model artifacts and their cache: the folder, the cache key, ONNX (FP32, FP16), INT8 QDQ, engine file names.
 
-Converted models are cached under ``cache_dir`` (default ``$LABKIT_CACHE_DIR`` or
-``~/.cache/labkit/backends``), keyed by a hash of the model's weights and every setting that
+Converted models are cached under ``cache_dir`` (``--cache-dir``; default
+``~/.cache/labkit/backends``, which the lab passes explicitly), keyed by a hash of the model's weights and every setting that
 changes the artifact. Each one-time step runs in its own NVTX range (``onnx_export``,
 ``int8_calibration``) so a profile that includes it shows what it was.
 """
@@ -21,9 +21,9 @@ from source_code.backends.onnx_export import export_onnx
 
 
 def default_cache_dir() -> Path:
-    """Where converted models are cached: ``$LABKIT_CACHE_DIR`` or ``~/.cache/labkit/backends``."""
-    env = os.environ.get("LABKIT_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "labkit" / "backends"
+    """Where converted models and the FLOPs count are cached without ``--cache-dir``:
+    ``~/.cache/labkit/backends``. No environment variable: the lab passes its folder as a flag."""
+    return Path.home() / ".cache" / "labkit" / "backends"
 
 
 def model_hash(model: torch.nn.Module, *, input_hw: Sequence[int] | None = None) -> str:
