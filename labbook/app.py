@@ -1,8 +1,8 @@
 """The application as the lab runs it: its options as a dict, its argv built in one place, and
 what this machine can run.
 
-Locations go to the application as flags (``--output`` for the drawn video; ``labkit.bench`` adds
-``--results``), so a run writes under ``REPORTS`` whatever the working directory. The lab sets
+Locations go to the application as flags (``--output`` for the drawn video, ``--cache-dir`` for
+converted models; ``labkit.bench`` adds ``--results``), so a run writes under ``REPORTS`` whatever the working directory. The lab sets
 no environment variable for the application.
 """
 from __future__ import annotations

@@ -70,7 +70,8 @@ def test_app_command_turns_flags_into_options():
     s = lab.settings("small")
     assert cmd[:4] == [sys.executable, str(lab.APP), "--input", "clip.mp4"]
     rest = cmd[4:]
-    assert rest == ["--frames", str(s.frames), "--warmup", str(s.warmup), "--input-hw", s.input_hw,
+    assert rest == ["--frames", str(s.frames), "--warmup", str(s.warmup),
+                    "--cache-dir", str(labkit.env.cache_dir() / "backends"), "--input-hw", s.input_hw,
                     "--batch-size", "4", "--queues", "--no-osd", "--backend", "onnxruntime"]
     assert "--results" not in cmd and "--output" not in cmd  # bench adds --results; no OSD: no video
 
@@ -85,6 +86,7 @@ def test_app_options_are_what_bench_records():
     opts = lab.app_options({"queues": True}, video=Path("clip.mp4"), mode="small")
     s = lab.settings("small")
     assert opts == {"inputs": ["clip.mp4"], "frames": s.frames, "warmup": s.warmup, "input_hw": s.input_hw,
+                    "cache_dir": str(labkit.env.cache_dir() / "backends"),
                     "output": str(lab.VIDEOS / "clip.tracked.mp4"), "queues": True}
     assert lab.app_argv(opts) == lab.app_command(video=Path("clip.mp4"), mode="small", queues=True)
 

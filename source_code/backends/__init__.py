@@ -29,7 +29,7 @@ Rooms (one responsibility each):
 - ``ort``: ONNX Runtime (providers, stream, fallback check).
 - ``tensorrt_build`` / ``tensorrt_run``: building engines / running them.
 - ``onnx_export``: the ONNX export (FP32, FP16) and output comparison.
-- ``artifacts``: the cache folder (``$LABKIT_CACHE_DIR``), cache keys, ONNX / INT8 / engine files.
+- ``artifacts``: the cache folder (``--cache-dir``, default ``~/.cache/labkit/backends``), cache keys, ONNX / INT8 / engine files.
 - ``calibration``: INT8 calibration settings and the generated scenes it reads.
 """
 from source_code.backends.artifacts import (ENGINE_RECIPE, default_cache_dir, engine_path, ensure_int8_onnx,
