@@ -42,8 +42,21 @@ class Step:
         object.__setattr__(self, "launch", MappingProxyType(dict(self.launch)))
 
     def labels(self) -> dict:
-        """The ledger fields that say what this step is."""
-        return {"kind": self.kind, "builds_on": self.builds_on}
+        """The ledger fields that say what this step is (and, for a step started as several
+        processes or ranks, the prediction it runs under: see :func:`scale_out_prediction`)."""
+        out = {"kind": self.kind, "builds_on": self.builds_on}
+        n = self.launch.get("processes") or self.launch.get("nproc")
+        return {**out, **scale_out_prediction(int(n))} if n else out
+
+
+def scale_out_prediction(n: int) -> dict:
+    """The bound of running the same work as ``n`` processes or ranks: at most ``n`` times the one
+    process (perfect scaling); less wherever they share cores, a GPU or memory bandwidth, which no
+    single-process profile can tell, so advise has no rule for it."""
+    cores = os.cpu_count() or 1
+    return {"predicted_speedup": float(n),
+            "finding": f"{n} copies of the work: at most {n}x the one process (perfect scaling); "
+                       f"they share this machine's {cores} cores, so less where the one process already used them"}
 
 
 def catalogue(mode: str = MODE, gpu: bool | None = None) -> dict[str, Step]:

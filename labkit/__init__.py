@@ -52,7 +52,7 @@ _LAZY = {
 }
 _SUBMODULES = {"annotate", "bench", "ledger", "tables", "charts", "nsys", "report", "reader", "reader_nvtx",
                "summaries", "analysis", "advice", "ranks", "ranks_profile", "timeline", "doctor", "env", "errors",
-               "cli", "style", "bench_core", "bench_parallel"}
+               "cli", "style", "bench_core", "bench_parallel", "progress"}
 
 __all__ = ["profile"] + sorted(_LAZY) + sorted(_SUBMODULES)
 

@@ -15,7 +15,6 @@ the pieces every runner shares live in :mod:`labkit.bench_core`; :func:`run_para
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from typing import Mapping, Sequence
 
@@ -58,7 +57,8 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
         env: extra environment variables for the application.
         timeout: seconds allowed per run.
         name: file-name stem (default ``<step>-<YYYYmmdd-HHMMSS>``, so nothing is overwritten).
-        progress: show a tqdm bar on stderr.
+        progress: show progress where it renders (``labkit.progress``: a widget in Jupyter, a line
+            on a terminal, nothing in a log).
         capture_range: for the profiled run, what nsys records (``labkit.nsys.profile``): None
             (the whole run), ``"cudaProfilerApi"`` (from the program's cudaProfilerStart to its
             cudaProfilerStop: keeps engine builds and other set-up out), or an NVTX range name.
@@ -170,6 +170,6 @@ def sweep(command, param: str, values: Sequence, *, step: str, progress: bool = 
 
 
 def _iter(values, desc, enabled):
-    from tqdm import tqdm  # plain text bar: tqdm.auto needs ipywidgets in notebooks
+    from labkit.progress import bar
 
-    return tqdm(list(values), desc=desc, disable=not enabled, file=sys.stderr, leave=False)
+    return bar(desc, enabled=enabled, iterable=list(values))

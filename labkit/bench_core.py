@@ -179,9 +179,9 @@ def with_flag(command: Sequence[str], flag: str, value=True) -> list[str]:
 
 
 def _progress(total: int, desc: str, enabled: bool):
-    from tqdm import tqdm  # plain text bar: tqdm.auto needs ipywidgets in notebooks
+    from labkit.progress import bar
 
-    return tqdm(total=total, desc=desc, unit="run", disable=not enabled, file=sys.stderr, leave=False)
+    return bar(desc, enabled=enabled, total=total, unit="run")
 
 
 def _stamp() -> str:

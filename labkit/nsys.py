@@ -27,6 +27,7 @@ from typing import Sequence
 from labkit.env import cache_dir, nsys_version
 from labkit.errors import LabkitError, check_writable, output_error
 from labkit.errors import output_tail as _tail
+from labkit.progress import bar as progress_bar
 
 __all__ = [
     "record",
@@ -273,21 +274,9 @@ def _remove_stream_files(output: str, outdir: Path) -> None:
 
 
 def _progress_bar(label: str, progress: bool):
-    """One updating line: a tqdm bar on a terminal, a widget in Jupyter; None where neither
-    renders in place (a log file, CI, a notebook without ipywidgets), so nothing is printed."""
-    if not progress:
-        return None
-    try:
-        if "ipykernel" in sys.modules:
-            import ipywidgets  # noqa: F401  (without it tqdm.notebook falls back to a line per update)
-            from tqdm.notebook import tqdm
-        elif sys.stderr.isatty():
-            from tqdm import tqdm
-        else:
-            return None
-        return tqdm(desc=label, bar_format="{desc}: {elapsed}", leave=False)
-    except Exception:  # progress display must never break profiling
-        return None
+    """One updating line (``labkit.progress``); None where it would not render."""
+    b = progress_bar(label, enabled=progress, bar_format="{desc}: {elapsed}")
+    return None if b.disable else b
 
 
 def _wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> int:

@@ -124,7 +124,7 @@ def test_run_all_in_the_browser(lab, name):
 
 def test_solutions_are_the_fenced_blocks_of_the_solution_cells():
     code = browser_lab.solutions(ROOT / "notebooks" / "01_Baseline_and_Nsight.ipynb")
-    assert len(code) == 2 and code[0].startswith("r = labkit.profile(") and "baseline_omp_active" in code[1]
+    assert len(code) == 2 and "--capture-range=nvtx" in code[0] and "baseline_omp_active" in code[1]
     assert all(not c.startswith("```") and not c.endswith("```") for c in code)
 
 

@@ -21,7 +21,10 @@ def test_scale_out_builds_on_the_start_step():
     assert (procs.builds_on, procs.kind, dict(procs.launch)) == ("interval3", "alternative", {"processes": 2})
     assert (ranks.builds_on, ranks.kind, dict(ranks.launch)) == ("interval3", "alternative",
                                                                  {"launcher": "torchrun", "nproc": 2})
-    assert procs.labels() == {"kind": "alternative", "builds_on": "interval3"}
+    labels = procs.labels()
+    assert {k: labels[k] for k in ("kind", "builds_on")} == {"kind": "alternative", "builds_on": "interval3"}
+    # every lab row carries a prediction: n copies can gain at most n times the one process
+    assert labels["predicted_speedup"] == 2.0 and labels["finding"].startswith("2 copies of the work")
     # a start step with its own streams and threads keeps them: each rank runs the whole start step
     assert dict(scale_out("streams2", {**OPTIONS, "streams": 2, "threads": 1}, n=SCALE_OUT)["ranks2"].flags)[
         "streams"] == 2 * SCALE_OUT
