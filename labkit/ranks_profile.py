@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from labkit.env import find_nsys, reports_dir
-from labkit.errors import LabkitError, output_tail
+from labkit.errors import LabkitError, check_writable, output_tail
 from labkit.ranks import Reports, RanksError, load_reports, rank_from_name
 
 __all__ = ["profile_ranks", "RankFailedError"]
@@ -84,7 +84,8 @@ def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=("cuda",
     Raises: NsysNotFoundError, ReportExistsError, RankFailedError (naming the failed rank and its
         error line), NsysError.
     """
-    from labkit.nsys import NsysError, NsysNotFoundError, ReportExistsError, export_sqlite, profile_command
+    from labkit.nsys import (PROFILE_SPACE, NsysError, NsysNotFoundError, ReportExistsError, export_sqlite,
+                             profile_command)
 
     argv_cmd = shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
     if not argv_cmd:
@@ -96,13 +97,14 @@ def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=("cuda",
     if not exe or not os.path.isfile(exe):
         raise NsysNotFoundError("nsys not found: install it with scripts/install-nsys, or set LABKIT_NSYS to "
                                 "the nsys executable")
+    # pre-flight before anything is touched: the folder writable, room for every rank's report
+    check_writable(outdir, need_bytes=PROFILE_SPACE * nproc, what="write the rank reports into")
     old = sorted(outdir.glob(f"{name}_*.nsys-rep")) + sorted(outdir.glob(f"{name}_*.sqlite"))
     old = [p for p in old if rank_from_name(p) is not None]
     if old and not overwrite:
         raise ReportExistsError(f"{old[0]} already exists: pass overwrite=True or choose another name")
     for p in old:
         p.unlink()
-    outdir.mkdir(parents=True, exist_ok=True)
     log, log_dir = outdir / f"{name}.log", outdir / f"{name}_logs"
     nsys_argv = profile_command(argv_cmd, output=outdir / f"{name}_%q{{RANK}}", trace=trace, nsys_args=nsys_args,
                                 overwrite=overwrite, nsys=exe)

@@ -174,6 +174,19 @@ def test_profile_on_a_full_disk_says_the_folder_and_the_space_needed(mount):
     assert list((disk / "profiles").iterdir()) == []  # no log, no placeholder, nothing of nsys's
 
 
+def test_rank_profiles_on_a_full_disk_fail_before_any_rank_starts(mount):
+    disk = mount("2m")
+    (disk / "profiles").mkdir()
+    kept = disk / "profiles" / "full_0.nsys-rep"
+    kept.write_bytes(b"an earlier rank report")
+    with pytest.raises(OutputError, match=rf"cannot write the rank reports into {disk}/profiles: its disk has "
+                                          r"2\.1 MB free and about 134\.2 MB is needed"):
+        labkit.profile_ranks([sys.executable, "-c", "pass"], nproc=2, name="full", outdir=disk / "profiles",
+                             overwrite=True)
+    assert [p.name for p in (disk / "profiles").iterdir()] == ["full_0.nsys-rep"]  # nothing removed or added
+    assert kept.read_bytes() == b"an earlier rank report"
+
+
 @pytest.mark.nsys
 def test_record_into_a_read_only_folder_names_it(mount):
     disk = mount("2m", ro=True)
