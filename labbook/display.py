@@ -12,7 +12,7 @@ import warnings
 import labkit
 from labkit.tables import compare as compare_rows
 
-from labbook.app import device_of
+from labbook.app import device_kind, device_of
 from labbook.outcome import Outcome
 from labbook.reference import ledger
 from labbook.settings import LEDGER, MODE, STAGES, settings
@@ -77,11 +77,10 @@ def no_gpu_activity(rep, config: dict) -> str | None:
     report with no kernels, copies, memsets or graphs, naming the likely cause and the fix; else None."""
     if not config:  # nothing says where it ran
         return None
-    device = str(device_of(config))
-    if not device.startswith("cuda") or len(rep.gpu_ops()):
+    if device_kind(config) != "cuda" or len(rep.gpu_ops()):
         return None
     what = "only CUDA API calls" if rep.has_cuda else "no CUDA activity at all"
-    return (f"{rep.path.name}: a {device} run, but its report holds {what}: the nsys that recorded it "
+    return (f"{rep.path.name}: a {device_of(config)} run, but its report holds {what}: the nsys that recorded it "
             f"({rep.nsys_version or 'unknown version'}) is likely too old for the GPU driver (nsys 2022.4 records no "
             "CUDA on a CUDA 13 driver); profile with the CUDA toolkit's nsys (python -m labkit doctor --probe checks it)")
 

@@ -273,12 +273,6 @@ def _remove_stream_files(output: str, outdir: Path) -> None:
             path.unlink(missing_ok=True)
 
 
-def _progress_bar(label: str, progress: bool):
-    """One updating line (``labkit.progress``); None where it would not render."""
-    b = progress_bar(label, enabled=progress, bar_format="{desc}: {elapsed}")
-    return None if b.disable else b
-
-
 def _wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> int:
     """Wait for nsys; returns how many times it was interrupted (0, 1, 2). Ctrl-C (or a Jupyter
     interrupt) hands nsys one SIGINT, on which it stops the program and writes the report; a
@@ -286,15 +280,14 @@ def _wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> i
     process nsys started is ended before this returns."""
     import psutil
 
-    bar = _progress_bar(label, progress)
+    bar = progress_bar(label, enabled=progress, bar_format="{desc}: {elapsed}")  # disabled: no-ops
     interrupted, doomed, streams = 0, [], []
     try:
         while proc.poll() is None:
             try:
                 proc.wait(timeout=0.5)
             except subprocess.TimeoutExpired:
-                if bar is not None:
-                    bar.refresh()
+                bar.refresh()
             except KeyboardInterrupt:
                 interrupted += 1
                 doomed += _session(proc)
@@ -306,8 +299,7 @@ def _wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> i
                         streams += [f.path for f in p.open_files() if f.path.endswith(".qdstrm")]
                 proc.kill()
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     # the program runs in its own session under nsys: make sure nothing outlives an interrupted run
     if interrupted == 1:
         doomed = [p for p in doomed if "--start-agent" not in _cmdline(p)]  # it ends once the report is written
