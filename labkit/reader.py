@@ -29,6 +29,7 @@ __all__ = [
     "CUDA_API_COLUMNS",
     "SYNC_COLUMNS",
     "GRAPH_COLUMNS",
+    "OSRT_COLUMNS",
     "SUMMARY_COLUMNS",
     "PROJECTION_COLUMNS",
     "trim_export",
@@ -66,6 +67,8 @@ SYNC_COLUMNS = ["kind", "device_id", "context_id", "stream_id", "correlation_id"
                 "duration_ns", "pid"]
 GRAPH_COLUMNS = ["name", "graph_id", "device_id", "context_id", "stream_id", "correlation_id", "start_ns", "end_ns",
                  "duration_ns", "pid"]
+OSRT_COLUMNS = ["name", "tid", "pid", "global_tid", "start_ns", "end_ns", "duration_ns", "return_value",
+                "event_class", "name_id"]
 GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"  # whole-graph rows: nsys's default --cuda-graph-trace=graph
 SUMMARY_COLUMNS = ["name", "instances", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns",
                    "time_pct"]
@@ -370,8 +373,11 @@ def _read_cuda_api(db: _Db, strings: np.ndarray) -> pd.DataFrame:
     cat_names, codes = names.unique(), None
     codes = cat_names.get_indexer(names)[inv] if len(inv) else np.array([], dtype=np.int64)
     g = c["globalTid"]
+    raw = pd.Index([n[:-6] if n and len(n) >= 6 and n[-6:-4] == "_v" else (n or "") for n in _lookup(strings, uniq)],
+                   dtype=object)  # nsys stats' spelling: only a 6-character _vNNNN suffix is cut
     return pd.DataFrame({
         "name": pd.Categorical.from_codes(codes.astype(np.int32), categories=cat_names),
+        "nsys_name": raw.to_numpy()[inv] if len(inv) else np.array([], dtype=object),
         "tid": g & _TID_MASK, "pid": (g >> 24) & _TID_MASK,
         "global_tid": g, "correlation_id": c["correlationId"], "start_ns": c["start"], "end_ns": c["end"],
         "duration_ns": c["end"] - c["start"], "return_value": c["returnValue"],
@@ -404,6 +410,20 @@ def _read_graphs(db: _Db) -> pd.DataFrame:
         "name": names, "graph_id": c["graphId"], "device_id": c["deviceId"], "context_id": c["contextId"],
         "stream_id": c["streamId"], "correlation_id": c["correlationId"], "start_ns": c["start"], "end_ns": c["end"],
         "duration_ns": c["end"] - c["start"], "pid": _pid(c["globalPid"]),
+    })
+
+
+def _read_osrt(db: _Db, strings: np.ndarray) -> pd.DataFrame:
+    """OS runtime calls (``-t osrt``): name, thread, times, return value, event class (27: a call)."""
+    t = "OSRT_API"
+    if not db.has(t, "start", "end", "nameId"):
+        return _empty(OSRT_COLUMNS)
+    c = db.cols(t, ["start", "end", "globalTid", "nameId", "returnValue", "eventClass"])
+    g = c["globalTid"]
+    return pd.DataFrame({
+        "name": _names(strings, c["nameId"]), "tid": g & _TID_MASK, "pid": (g >> 24) & _TID_MASK,
+        "global_tid": g, "start_ns": c["start"], "end_ns": c["end"], "duration_ns": c["end"] - c["start"],
+        "return_value": c["returnValue"], "event_class": c["eventClass"], "name_id": c["nameId"],
     })
 
 

@@ -16,16 +16,16 @@ import numpy as np
 import pandas as pd
 
 from labkit import nsys as _nsys
-from labkit.reader import (_TID_MASK, CUDA_API_COLUMNS, GRAPH_COLUMNS, GRAPH_TABLE, KERNEL_COLUMNS,
+from labkit.reader import (_TID_MASK, CUDA_API_COLUMNS, GRAPH_COLUMNS, GRAPH_TABLE, OSRT_COLUMNS, KERNEL_COLUMNS,
                            MEMCPY_COLUMNS, MEMSET_COLUMNS, NVTX_COLUMNS, PROJECTION_COLUMNS, SUMMARY_COLUMNS,
                            SYNC_COLUMNS, ReportError, _Db, _empty, _pid, _read_cuda_api, _read_gpu, _read_graphs,
-                           _read_kernels, _read_memcpy, _read_memset, _read_meta, _read_sync, _read_threads,
+                           _read_kernels, _read_memcpy, _read_memset, _read_osrt, _read_meta, _read_sync, _read_threads,
                            read_strings)
 from labkit.reader_nvtx import nvtx_frame_empty, read_nvtx
 
 __all__ = ["Report", "load_report", "profile", "ReportError",
            # the frames' columns (defined with their readers, named here beside the data)
-           "NVTX_COLUMNS", "KERNEL_COLUMNS", "MEMCPY_COLUMNS", "MEMSET_COLUMNS", "CUDA_API_COLUMNS", "SYNC_COLUMNS", "GRAPH_COLUMNS",
+           "NVTX_COLUMNS", "KERNEL_COLUMNS", "MEMCPY_COLUMNS", "MEMSET_COLUMNS", "CUDA_API_COLUMNS", "SYNC_COLUMNS", "GRAPH_COLUMNS", "OSRT_COLUMNS",
            "SUMMARY_COLUMNS", "PROJECTION_COLUMNS"]
 
 _DAMAGE = (ValueError, TypeError, IndexError, KeyError, OverflowError, UnicodeDecodeError)
@@ -63,6 +63,7 @@ class Report:
         "cuda_api": lambda r: _read_cuda_api(r._db, r._strings),
         "sync": lambda r: _read_sync(r._db),
         "graphs": lambda r: _read_graphs(r._db),
+        "osrt": lambda r: _read_osrt(r._db, r._strings),
     }
 
     def _frame(self, name: str) -> pd.DataFrame:
@@ -79,6 +80,7 @@ class Report:
     memset = property(lambda self: self._frame("memset"), doc="Memsets: see MEMSET_COLUMNS.")
     cuda_api = property(lambda self: self._frame("cuda_api"), doc="CUDA runtime/driver calls: CUDA_API_COLUMNS.")
     sync = property(lambda self: self._frame("sync"), doc="CUDA synchronization activity: SYNC_COLUMNS.")
+    osrt = property(lambda self: self._frame("osrt"), doc="OS runtime calls (traced with -t osrt): OSRT_COLUMNS.")
     graphs = property(lambda self: self._frame("graphs"),
                       doc="Whole CUDA graph executions (nsys --cuda-graph-trace=graph, its default): GRAPH_COLUMNS.")
 
@@ -92,7 +94,7 @@ class Report:
                   "memcpy": _empty(MEMCPY_COLUMNS) if memcpy is None else memcpy,
                   "memset": _empty(MEMSET_COLUMNS) if memset is None else memset,
                   "cuda_api": _empty(CUDA_API_COLUMNS) if cuda_api is None else cuda_api,
-                  "sync": _empty(SYNC_COLUMNS), "graphs": _empty(GRAPH_COLUMNS)}
+                  "sync": _empty(SYNC_COLUMNS), "graphs": _empty(GRAPH_COLUMNS), "osrt": _empty(OSRT_COLUMNS)}
         return cls(path=Path(path), gpu=pd.DataFrame({"device_id": pd.Series(dtype="int64")}),
                    threads=pd.DataFrame({"global_tid": pd.Series(dtype="int64")}), meta=dict(meta or {}),
                    _frames=frames)

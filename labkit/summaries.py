@@ -2,8 +2,11 @@
 
 ``nvtx_summary`` (``nvtxsum``/``nvtx_sum``), ``kernel_summary`` (``gpukernsum``/``cuda_gpu_kern_sum``),
 ``memcpy_summary`` (``gpumemtimesum``/``cuda_gpu_mem_time_sum``), ``gpu_projection``
-(``nvtxgpuproj``/``nvtx_gpu_proj_trace``) and ``gpu_projection_summary`` (``nvtx_gpu_proj_sum``);
-the tests compare them with nsys's own output for the same files.
+(``nvtxgpuproj``/``nvtx_gpu_proj_trace``), ``gpu_projection_summary`` (``nvtx_gpu_proj_sum``),
+``cuda_api_summary`` (``cudaapisum``/``cuda_api_sum``), ``memcpy_size_summary``
+(``gpumemsizesum``/``cuda_gpu_mem_size_sum``) and ``osrt_summary`` (``osrtsum``/``osrt_sum``);
+the tests compare them with nsys's own output for the same files. Every summary takes
+``window=(start_ns, end_ns)`` or ``within="<NVTX range>"`` (:mod:`labkit.window`).
 """
 from __future__ import annotations
 
@@ -12,8 +15,12 @@ import pandas as pd
 
 from labkit.reader import PROJECTION_COLUMNS, SUMMARY_COLUMNS, _empty, _lookup, parse_ints
 from labkit.reader_nvtx import range_durations
+from labkit.window import windowed
 
-__all__ = ["nvtx_summary", "kernel_summary", "memcpy_summary", "gpu_projection", "gpu_projection_summary"]
+__all__ = ["nvtx_summary", "kernel_summary", "memcpy_summary", "gpu_projection", "gpu_projection_summary",
+           "cuda_api_summary", "memcpy_size_summary", "osrt_summary", "SIZE_COLUMNS"]
+
+SIZE_COLUMNS = ["name", "count", "total_bytes", "avg_bytes", "med_bytes", "min_bytes", "max_bytes", "stddev_bytes"]
 
 
 def _summarize(df: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
@@ -32,6 +39,7 @@ def _summarize(df: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
     return out.sort_values("total_ns", ascending=False, kind="stable", ignore_index=True)
 
 
+@windowed
 def nvtx_summary(rep) -> pd.DataFrame:
     """As ``nsys stats -r nvtx_sum`` (2022.4: ``nvtxsum``): one row per (domain, range, style).
 
@@ -50,6 +58,7 @@ def nvtx_summary(rep) -> pd.DataFrame:
     return out[["name", "domain", "style"] + SUMMARY_COLUMNS[1:]]
 
 
+@windowed
 def kernel_summary(rep, *, names: str = "demangled", by_launch: bool = False) -> pd.DataFrame:
     """As ``cuda_gpu_kern_sum`` (one row per kernel name), demangled names by default. Whole CUDA
     graphs (a report traced with --cuda-graph-trace=graph) count as kernels named "[CUDA graph N]".
@@ -86,9 +95,7 @@ _DUR_BITS = 40  # a kernel shorter than 2**40 ns (18 minutes): name id and durat
 
 
 def _kernel_summary_sql(rep, t: str, names: str) -> pd.DataFrame | None:
-    """kernel_summary from one column read: SQLite packs (name id, duration) into one integer per
-    kernel, numpy sorts them, and groups, medians and deviations come from the sorted run, as nsys
-    groups by name id. None when the packing does not fit (then the frame path is used)."""
+    """kernel_summary from one column read (see :func:`_packed_summary`), grouped by name id as nsys does."""
     db = rep._db
     if names == "short":
         key = "[shortName]"
@@ -96,6 +103,14 @@ def _kernel_summary_sql(rep, t: str, names: str) -> pd.DataFrame | None:
         key = "[demangledName]"
     else:
         key = "coalesce([demangledName], [shortName])"
+    return _packed_summary(rep, t, key)
+
+
+def _packed_summary(rep, t: str, key: str, where: str = "", label=None) -> pd.DataFrame | None:
+    """A summary per string id from one column read: SQLite packs (id, duration) into one integer per
+    row, numpy sorts them, and groups, medians and deviations come from the sorted run. ``label``
+    turns the StringIds values into names. None when the packing does not fit (the frame path is used)."""
+    db = rep._db
     if db.count(t) > 20_000_000:  # group_concat's text is capped at 1 GB
         return None
     # no ORDER BY: the order does not matter once sorted, and SQLite's sort would cost more than numpy's
@@ -103,7 +118,7 @@ def _kernel_summary_sql(rep, t: str, names: str) -> pd.DataFrame | None:
         return None
     joined, n, want = db.scalar_rows(
         f"SELECT group_concat(({key} << {_DUR_BITS}) | ([end] - [start])), count(*), sum([end] - [start]) "
-        f"FROM [{t}]")[0]
+        f"FROM [{t}] {where}")[0]
     if n == 0:
         return _summarize(pd.DataFrame({"name": [], "duration_ns": []}), ["name"], "duration_ns")
     try:
@@ -122,7 +137,10 @@ def _kernel_summary_sql(rep, t: str, names: str) -> pd.DataFrame | None:
     dev = dur - np.repeat(mean, count)
     std = np.sqrt(np.add.reduceat(dev * dev, first) / np.maximum(count - 1, 1))
     med = (dur[first + (count - 1) // 2] + dur[first + count // 2]) / 2
-    out = pd.DataFrame({"name": _lookup(rep._strings, ids[first]), "instances": count.astype(np.int64),
+    names = _lookup(rep._strings, ids[first])
+    if label is not None:
+        names = np.array([label(x) for x in names], dtype=object)
+    out = pd.DataFrame({"name": names, "instances": count.astype(np.int64),
                         "total_ns": total.astype(np.int64), "avg_ns": mean, "med_ns": med,
                         "min_ns": dur[first], "max_ns": dur[first + count - 1],
                         "stddev_ns": np.where(count > 1, std, 0.0)})
@@ -130,6 +148,7 @@ def _kernel_summary_sql(rep, t: str, names: str) -> pd.DataFrame | None:
     return out.sort_values("total_ns", ascending=False, kind="stable", ignore_index=True)[SUMMARY_COLUMNS]
 
 
+@windowed
 def memcpy_summary(rep) -> pd.DataFrame:
     """As ``cuda_gpu_mem_time_sum``: one row per copy kind (``[CUDA memcpy Host-to-Device]``)
     plus ``[CUDA memset]``; columns as :data:`SUMMARY_COLUMNS`, sorted by total time."""
@@ -138,6 +157,7 @@ def memcpy_summary(rep) -> pd.DataFrame:
     return _summarize(df, ["name"], "duration_ns")[SUMMARY_COLUMNS]
 
 
+@windowed
 def gpu_projection(rep) -> pd.DataFrame:
     """GPU work of each NVTX range instance, as ``nvtx_gpu_proj_trace`` (2022.4 ``nvtxgpuproj``).
 
@@ -153,6 +173,7 @@ def gpu_projection(rep) -> pd.DataFrame:
     return _project(rep)
 
 
+@windowed
 def gpu_projection_summary(rep) -> pd.DataFrame:
     """Per range name: statistics of projected GPU durations (as ``nvtx_gpu_proj_sum``).
 
@@ -251,3 +272,72 @@ def _project(rep) -> pd.DataFrame:
     out = out.sort_values(["proj_start_ns", "proj_duration_ns"], ascending=[True, False], kind="stable",
                           ignore_index=True)
     return out[PROJECTION_COLUMNS]
+
+
+def nsys_api_name(name) -> str:
+    """A CUDA API name as nsys stats prints it: a 6-character ``_vNNNN`` ABI suffix cut
+    (``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``), shorter ones kept (``cuMemHostRegister_v2``)."""
+    name = name or ""
+    return name[:-6] if len(name) >= 6 and name[-6:-4] == "_v" else name
+
+
+@windowed
+def cuda_api_summary(rep) -> pd.DataFrame:
+    """As ``nsys stats -r cuda_api_sum`` (2022.4: ``cudaapisum``): one row per CUDA runtime/driver
+    call name, synchronizing calls (``cudaDeviceSynchronize``, ``cudaStreamSynchronize``, ...) included.
+
+    Returns: name (nsys's spelling), instances (nsys's "Num Calls"), total/avg/med/min/max/stddev
+    in ns, time_pct; sorted by total time, descending.
+    """
+    t = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    if "cuda_api" not in rep._frames and rep._db is not None and rep._db.has(t, "start", "nameId"):
+        out = _packed_summary(rep, t, "[nameId]", label=nsys_api_name)
+        if out is not None:
+            return out
+    a = rep.cuda_api
+    col = "nsys_name" if "nsys_name" in a else "name"
+    df = pd.DataFrame({"name": np.asarray(a[col], dtype=object), "duration_ns": a["duration_ns"].to_numpy()})
+    return _summarize(df, ["name"], "duration_ns")[SUMMARY_COLUMNS]
+
+
+@windowed
+def osrt_summary(rep) -> pd.DataFrame:
+    """As ``nsys stats -r osrt_sum`` (2022.4: ``osrtsum``): one row per OS runtime call name
+    (event class 27, as nsys counts them). Empty where ``osrt`` was not traced (``rep.notes`` do not
+    change: an untraced kind is not a fault).
+
+    Returns: name, instances (nsys's "Num Calls"), total/avg/med/min/max/stddev ns, time_pct.
+    """
+    t = "OSRT_API"
+    if "osrt" not in rep._frames and rep._db is not None and rep._db.has(t, "start", "nameId"):
+        where = "WHERE eventClass == 27" if "eventClass" in rep._db.columns(t) else ""
+        out = _packed_summary(rep, t, "[nameId]", where)
+        if out is not None:
+            return out
+    o = rep.osrt
+    if "event_class" in o and (o["event_class"] >= 0).any():
+        o = o[o["event_class"] == 27]
+    df = pd.DataFrame({"name": np.asarray(o["name"], dtype=object), "duration_ns": o["duration_ns"].to_numpy()})
+    return _summarize(df, ["name"], "duration_ns")[SUMMARY_COLUMNS]
+
+
+@windowed
+def memcpy_size_summary(rep) -> pd.DataFrame:
+    """As ``nsys stats -r cuda_gpu_mem_size_sum`` (2022.4: ``gpumemsizesum``): bytes moved per copy
+    kind and by memsets, with the names of :func:`memcpy_summary` (``[CUDA memcpy Host-to-Device]``,
+    ``[CUDA memset]``).
+
+    Returns: name, count, total/avg/med/min/max/stddev in bytes (:data:`SIZE_COLUMNS`); sorted by
+    total bytes, descending.
+    """
+    df = pd.concat([rep.memcpy[["name", "bytes"]], rep.memset[["name", "bytes"]]], ignore_index=True)
+    if len(df) == 0:
+        return _empty(SIZE_COLUMNS).astype({c: "float64" for c in ("avg_bytes", "med_bytes", "stddev_bytes")})
+    df["name"] = df["name"].astype(object)
+    g = df.groupby("name", sort=True)["bytes"]
+    out = g.agg(count="count", total_bytes="sum", avg_bytes="mean", med_bytes="median", min_bytes="min",
+                max_bytes="max", stddev_bytes="std").reset_index()
+    out["stddev_bytes"] = out["stddev_bytes"].fillna(0.0)
+    for c in ("count", "total_bytes", "min_bytes", "max_bytes"):
+        out[c] = out[c].astype("int64")
+    return out.sort_values("total_bytes", ascending=False, kind="stable", ignore_index=True)[SIZE_COLUMNS]
