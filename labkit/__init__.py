@@ -10,8 +10,11 @@ run -> report -> DataFrames -> tables, plots, one module per step:
               ``memcpy``, ``memset``, ``cuda_api``, ``sync``, ``graphs``, ``gpu_ops()``, ``threads``, ``meta``,
               ``nsys_version``, ``path``) and says ``has_cuda`` / ``has_nvtx``
               (reading: ``labkit.reader``, with ``trim_export``)
-- summaries (as ``nsys stats``; each takes the Report): ``nvtx_summary``, ``kernel_summary``,
-  ``memcpy_summary``, ``gpu_projection``, ``gpu_projection_summary``
+- summaries (as ``nsys stats``; each takes the Report, and ``window=``/``within=``): ``nvtx_summary``,
+  ``kernel_summary``, ``memcpy_summary``, ``gpu_projection``, ``gpu_projection_summary``,
+  ``cuda_api_summary``, ``memcpy_size_summary``, ``osrt_summary``
+- windows (``labkit.window``): ``restrict(report, window=(s, e) | within="range")``, ``@windowed``
+- two reports: ``compare(a, b)`` (per range, kernel, CUDA API: counts, totals, deltas), ``plot_compare``
 - analyses (each takes the Report): ``stage_table``, ``batches``, ``gpu_utilization``,
   ``gpu_idle_gaps``, ``bottleneck``, ``steady_window``, ``stage_overlap``, ``copy_table``,
   ``pageable_copies``; ``labkit.analysis.busy_intervals`` merges intervals
@@ -29,7 +32,8 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUMMARIES = ("nvtx_summary", "kernel_summary", "memcpy_summary", "gpu_projection", "gpu_projection_summary")
+_SUMMARIES = ("nvtx_summary", "kernel_summary", "memcpy_summary", "gpu_projection", "gpu_projection_summary",
+              "cuda_api_summary", "memcpy_size_summary", "osrt_summary")
 _ANALYSES = ("stage_table", "batches", "gpu_utilization", "gpu_idle_gaps", "bottleneck", "steady_window",
              "stage_overlap", "copy_table", "pageable_copies")
 _LAZY = {
@@ -47,12 +51,16 @@ _LAZY = {
     "Reports": ("labkit.ranks", "Reports"),
     "plot_rank_timeline": ("labkit.ranks", "plot_rank_timeline"),
     "profile_ranks": ("labkit.ranks_profile", "profile_ranks"),
+    "restrict": ("labkit.window", "restrict"),
+    "windowed": ("labkit.window", "windowed"),
+    "compare": ("labkit.diff", "compare"),
+    "plot_compare": ("labkit.diff", "plot_compare"),
     **{name: ("labkit.summaries", name) for name in _SUMMARIES},
     **{name: ("labkit.analysis", name) for name in _ANALYSES},
 }
 _SUBMODULES = {"annotate", "bench", "ledger", "tables", "charts", "nsys", "report", "reader", "reader_nvtx",
                "summaries", "analysis", "advice", "ranks", "ranks_profile", "timeline", "doctor", "env", "errors",
-               "cli", "style", "bench_core", "bench_parallel", "progress"}
+               "cli", "style", "bench_core", "bench_parallel", "progress", "window", "diff", "reader_cpu"}
 
 __all__ = ["profile"] + sorted(_LAZY) + sorted(_SUBMODULES)
 

@@ -191,9 +191,19 @@ class _Db:
         return out
 
     def scalar_rows(self, sql: str, table: str | None = None) -> list[tuple]:
-        """Rows of ``sql``; any SQLite or decoding error is a ReportError naming the table."""
+        """Rows of ``sql``; text that is not UTF-8 (a Windows capture's Latin-1 user name) is read as
+        Latin-1; any SQLite error is a ReportError naming the table."""
         try:
-            return self.con.execute(sql).fetchall()
+            try:
+                return self.con.execute(sql).fetchall()
+            except (UnicodeDecodeError, sqlite3.OperationalError) as exc:
+                if "decode" not in str(exc):  # Python 3.11 says "Could not decode to UTF-8 column ..."
+                    raise
+                self.con.text_factory = _decode
+                try:
+                    return self.con.execute(sql).fetchall()
+                finally:
+                    self.con.text_factory = str
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             m = re.search(r"FROM \[?(\w+)", sql)
             raise self.fail(table or (m.group(1) if m else "the export"), exc) from None
@@ -204,6 +214,13 @@ class _Db:
             out.update({int(i): str(label) for i, label in self.scalar_rows(f"SELECT id, label FROM [{table}]")})
             return out
         return dict(default)
+
+
+def _decode(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
 
 
 def _first_line(problem, width: int = 160) -> str:
@@ -272,19 +289,6 @@ def _read_meta(db: _Db) -> dict:
             args = [v for k, v in kv if k.startswith("PROCESS_0:ARGUMENT_")]
             meta["command"] = " ".join([d["PROCESS_0:COMMAND"], *args])
     return meta
-
-
-def _read_threads(db: _Db, strings: np.ndarray) -> pd.DataFrame:
-    if not db.has("ThreadNames", "nameId", "globalTid"):
-        return pd.DataFrame({"global_tid": pd.Series(dtype="int64"), "tid": pd.Series(dtype="int64"),
-                             "pid": pd.Series(dtype="int64"), "thread_name": pd.Series(dtype=object)})
-    c = db.cols("ThreadNames", ["globalTid", "nameId"])
-    df = pd.DataFrame({"global_tid": c["globalTid"], "thread_name": _lookup(strings, c["nameId"])})
-    df = df.drop_duplicates("global_tid", keep="last").reset_index(drop=True)
-    g = df["global_tid"].to_numpy()
-    df.insert(1, "tid", g & _TID_MASK)
-    df.insert(2, "pid", (g >> 24) & _TID_MASK)
-    return df
 
 
 def _pid(global_pid: np.ndarray) -> np.ndarray:
@@ -410,20 +414,6 @@ def _read_graphs(db: _Db) -> pd.DataFrame:
         "name": names, "graph_id": c["graphId"], "device_id": c["deviceId"], "context_id": c["contextId"],
         "stream_id": c["streamId"], "correlation_id": c["correlationId"], "start_ns": c["start"], "end_ns": c["end"],
         "duration_ns": c["end"] - c["start"], "pid": _pid(c["globalPid"]),
-    })
-
-
-def _read_osrt(db: _Db, strings: np.ndarray) -> pd.DataFrame:
-    """OS runtime calls (``-t osrt``): name, thread, times, return value, event class (27: a call)."""
-    t = "OSRT_API"
-    if not db.has(t, "start", "end", "nameId"):
-        return _empty(OSRT_COLUMNS)
-    c = db.cols(t, ["start", "end", "globalTid", "nameId", "returnValue", "eventClass"])
-    g = c["globalTid"]
-    return pd.DataFrame({
-        "name": _names(strings, c["nameId"]), "tid": g & _TID_MASK, "pid": (g >> 24) & _TID_MASK,
-        "global_tid": g, "start_ns": c["start"], "end_ns": c["end"], "duration_ns": c["end"] - c["start"],
-        "return_value": c["returnValue"], "event_class": c["eventClass"], "name_id": c["nameId"],
     })
 
 

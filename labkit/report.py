@@ -16,16 +16,17 @@ import numpy as np
 import pandas as pd
 
 from labkit import nsys as _nsys
-from labkit.reader import (_TID_MASK, CUDA_API_COLUMNS, GRAPH_COLUMNS, GRAPH_TABLE, OSRT_COLUMNS, KERNEL_COLUMNS,
-                           MEMCPY_COLUMNS, MEMSET_COLUMNS, NVTX_COLUMNS, PROJECTION_COLUMNS, SUMMARY_COLUMNS,
+from labkit.reader import (_TID_MASK, CUDA_API_COLUMNS, GRAPH_COLUMNS, GRAPH_TABLE, KERNEL_COLUMNS, MEMCPY_COLUMNS,
+                           MEMSET_COLUMNS, NVTX_COLUMNS, OSRT_COLUMNS, PROJECTION_COLUMNS, SUMMARY_COLUMNS,
                            SYNC_COLUMNS, ReportError, _Db, _empty, _pid, _read_cuda_api, _read_gpu, _read_graphs,
-                           _read_kernels, _read_memcpy, _read_memset, _read_osrt, _read_meta, _read_sync, _read_threads,
-                           read_strings)
+                           _read_kernels, _read_memcpy, _read_memset, _read_meta, _read_sync, read_strings)
+from labkit.reader_cpu import profiled_pids, read_osrt, read_threads
 from labkit.reader_nvtx import nvtx_frame_empty, read_nvtx
 
 __all__ = ["Report", "load_report", "profile", "ReportError",
            # the frames' columns (defined with their readers, named here beside the data)
-           "NVTX_COLUMNS", "KERNEL_COLUMNS", "MEMCPY_COLUMNS", "MEMSET_COLUMNS", "CUDA_API_COLUMNS", "SYNC_COLUMNS", "GRAPH_COLUMNS", "OSRT_COLUMNS",
+           "NVTX_COLUMNS", "KERNEL_COLUMNS", "MEMCPY_COLUMNS", "MEMSET_COLUMNS", "CUDA_API_COLUMNS", "SYNC_COLUMNS",
+           "GRAPH_COLUMNS", "OSRT_COLUMNS",
            "SUMMARY_COLUMNS", "PROJECTION_COLUMNS"]
 
 _DAMAGE = (ValueError, TypeError, IndexError, KeyError, OverflowError, UnicodeDecodeError)
@@ -37,7 +38,9 @@ class Report:
     """One profile as DataFrames (times in ns on the report clock).
 
     Frames (columns listed in ``NVTX_COLUMNS``, ``KERNEL_COLUMNS``, ...): ``nvtx``, ``kernels``,
-    ``memcpy``, ``memset``, ``cuda_api``, ``sync``, ``gpu`` (one row per GPU), ``threads``.
+    ``memcpy``, ``memset``, ``cuda_api``, ``sync``, ``osrt``, ``gpu`` (one row per GPU), ``threads`` (the
+    threads of the processes the profile is about: those with CUDA or NVTX events, else OS runtime
+    calls; ``all_threads`` also holds the machine's other processes that nsys listed).
     Frames are read from the export on first use (and kept), so loading costs next to nothing
     and a summary that needs two columns of a million kernels reads only those. ``meta`` holds nsys/schema versions,
     capture time and trace span; ``has_cuda`` / ``has_nvtx`` say what the report holds, and
@@ -46,7 +49,7 @@ class Report:
 
     path: Path
     gpu: pd.DataFrame
-    threads: pd.DataFrame
+    all_threads: pd.DataFrame
     meta: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     log_path: Path | None = None
@@ -55,15 +58,16 @@ class Report:
     _frames: dict = field(default_factory=dict, repr=False)
 
     _LOADERS = {
-        "nvtx": lambda r: read_nvtx(r._db, r._strings, dict(zip(r.threads["global_tid"], r.threads["thread_name"])),
-                                    r.notes),
+        "nvtx": lambda r: read_nvtx(r._db, r._strings,
+                                    dict(zip(r.all_threads["global_tid"], r.all_threads["thread_name"])), r.notes),
+        "threads": lambda r: r._profiled_threads(),
         "kernels": lambda r: _read_kernels(r._db, r._strings),
         "memcpy": lambda r: _read_memcpy(r._db),
         "memset": lambda r: _read_memset(r._db),
         "cuda_api": lambda r: _read_cuda_api(r._db, r._strings),
         "sync": lambda r: _read_sync(r._db),
         "graphs": lambda r: _read_graphs(r._db),
-        "osrt": lambda r: _read_osrt(r._db, r._strings),
+        "osrt": lambda r: read_osrt(r._db, r._strings),
     }
 
     def _frame(self, name: str) -> pd.DataFrame:
@@ -80,6 +84,8 @@ class Report:
     memset = property(lambda self: self._frame("memset"), doc="Memsets: see MEMSET_COLUMNS.")
     cuda_api = property(lambda self: self._frame("cuda_api"), doc="CUDA runtime/driver calls: CUDA_API_COLUMNS.")
     sync = property(lambda self: self._frame("sync"), doc="CUDA synchronization activity: SYNC_COLUMNS.")
+    threads = property(lambda self: self._frame("threads"),
+                       doc="Threads of the profiled processes: global_tid, tid, pid, thread_name.")
     osrt = property(lambda self: self._frame("osrt"), doc="OS runtime calls (traced with -t osrt): OSRT_COLUMNS.")
     graphs = property(lambda self: self._frame("graphs"),
                       doc="Whole CUDA graph executions (nsys --cuda-graph-trace=graph, its default): GRAPH_COLUMNS.")
@@ -95,9 +101,17 @@ class Report:
                   "memset": _empty(MEMSET_COLUMNS) if memset is None else memset,
                   "cuda_api": _empty(CUDA_API_COLUMNS) if cuda_api is None else cuda_api,
                   "sync": _empty(SYNC_COLUMNS), "graphs": _empty(GRAPH_COLUMNS), "osrt": _empty(OSRT_COLUMNS)}
+        threads = pd.DataFrame({"global_tid": pd.Series(dtype="int64")})
+        frames["threads"] = threads
         return cls(path=Path(path), gpu=pd.DataFrame({"device_id": pd.Series(dtype="int64")}),
-                   threads=pd.DataFrame({"global_tid": pd.Series(dtype="int64")}), meta=dict(meta or {}),
-                   _frames=frames)
+                   all_threads=threads, meta=dict(meta or {}), _frames=frames)
+
+    def _profiled_threads(self) -> pd.DataFrame:
+        t = self.all_threads
+        pids = profiled_pids(self._db) if self._db is not None else set()
+        if not pids or "pid" not in t:
+            return t
+        return t[t["pid"].isin(pids)].reset_index(drop=True)
 
     def load_all(self) -> "Report":
         """Read every frame now (otherwise each is read on first use)."""
@@ -258,7 +272,7 @@ def _load_tables(db: _Db, path: Path) -> Report:
         raise ReportError(f"{path} is an SQLite file but not an Nsight Systems export (no StringIds table)")
     strings = read_strings(db)
     meta = _read_meta(db)
-    threads = _read_threads(db, strings)
+    threads = read_threads(db, strings)
     gpu = _read_gpu(db)
     cuda_tables = [t for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL") if t in db.tables]
     if not cuda_tables:
@@ -267,7 +281,7 @@ def _load_tables(db: _Db, path: Path) -> Report:
         ver = meta.get("nsys_version") or "unknown"
         notes.append(f"{path.name}: no GPU activity recorded (CUDA API only): the nsys that recorded it "
                      f"({ver}) may be too old for the GPU driver; profile with a newer nsys")
-    return Report(path=path, gpu=gpu, threads=threads, meta=meta, notes=notes,
+    return Report(path=path, gpu=gpu, all_threads=threads, meta=meta, notes=notes,
                   _db=db, _strings=strings)
 
 

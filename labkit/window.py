@@ -30,7 +30,7 @@ from labkit.errors import LabkitError
 
 __all__ = ["restrict", "windowed", "WindowError", "span_of"]
 
-_CPU_FRAMES = ("nvtx", "cuda_api", "sync", "osrt")
+_CPU_FRAMES = ("nvtx", "cuda_api", "sync", "osrt")  # kept when they start inside the span
 _GPU_FRAMES = ("kernels", "memcpy", "memset", "graphs")
 
 
@@ -129,11 +129,12 @@ def restrict(report, *, window=None, within=None):
             found = sk[pos] == k
             t[found] = call_start[pos[found]]
         frames[name] = f[_inside(t, span)].reset_index(drop=True)
+    frames["threads"] = report.threads
     meta = dict(report.meta)
     meta["window"] = [(int(a), int(b)) for a, b in span]
     if within is not None:
         meta["within"] = within
-    return Report(path=report.path, gpu=report.gpu, threads=report.threads, meta=meta,
+    return Report(path=report.path, gpu=report.gpu, all_threads=report.all_threads, meta=meta,
                   notes=list(report.notes), log_path=report.log_path, _db=None, _strings=report._strings,
                   _frames=frames)
 
