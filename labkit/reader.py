@@ -53,7 +53,7 @@ _MEM_KIND = {
 _SYNC_KIND = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
 
 NVTX_COLUMNS = ["name", "domain", "start_ns", "end_ns", "duration_ns", "tid", "pid", "global_tid",
-                "thread_name", "depth", "parent", "kind", "payload", "color", "category", "ended"]
+                "thread_name", "depth", "parent", "kind", "payload", "color", "category", "category_name", "ended"]
 KERNEL_COLUMNS = ["name", "demangled", "device_id", "context_id", "stream_id", "correlation_id",
                   "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
                   "start_ns", "end_ns", "duration_ns", "pid"]
@@ -83,7 +83,7 @@ def _empty(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="object" if c in _TEXT_COLUMNS else "int64") for c in columns})
 
 
-_TEXT_COLUMNS = {"name", "demangled", "domain", "thread_name", "kind", "color", "src_kind", "dst_kind",
+_TEXT_COLUMNS = {"name", "demangled", "domain", "category_name", "thread_name", "kind", "color", "src_kind", "dst_kind",
                  "mem_kind", "style"}
 
 

@@ -18,6 +18,8 @@ _NVTX_TYPES = {
     "NvtxtPushPopRange": 70,
     "NvtxtStartEndRange": 71,
     "NvtxDomainCreate": 75,
+    "NvtxCategory": 33,
+    "NvtxtCategory": 64,
 }
 
 
@@ -39,6 +41,18 @@ def _domain_names(db: _Db, types: dict) -> dict:
     rows = db.scalar_rows(f"SELECT domainId, globalTid, text FROM NVTX_EVENTS "
                           f"WHERE eventType = {types['NvtxDomainCreate']} AND text IS NOT NULL")
     return {(int(d), (int(g) >> 24) & _TID_MASK): s for d, g, s in rows if d is not None and g is not None}
+
+
+def _category_names(db: _Db, types: dict) -> dict:
+    """(domainId, category, pid) -> category name, from the NvtxCategory rows (nvtxNameCategory)."""
+    if not db.has("NVTX_EVENTS", "category", "domainId", "globalTid"):
+        return {}
+    cols = db.columns("NVTX_EVENTS")
+    text = "coalesce(text, (SELECT value FROM StringIds WHERE id = textId))" if "textId" in cols else "text"
+    rows = db.scalar_rows(f"SELECT coalesce(domainId, 0), category, globalTid, {text} FROM NVTX_EVENTS "
+                          f"WHERE eventType IN ({types['NvtxCategory']}, {types['NvtxtCategory']})")
+    return {(int(d), int(c), (int(g) >> 24) & _TID_MASK): s for d, c, g, s in rows
+            if c is not None and g is not None and s is not None}
 
 
 def range_durations(db: _Db, strings: np.ndarray) -> pd.DataFrame:
@@ -144,6 +158,15 @@ def read_nvtx(db: _Db, strings: np.ndarray, thread_names: dict, notes: list) -> 
         domain = np.array(ser.reindex(keys).to_numpy(dtype=object), dtype=object)  # a writable copy (pandas 3: read-only view)
         domain[pd.isna(domain)] = ""
 
+    # categories: NvtxCategory rows name them per (domain, category, process); unnamed ones stay ""
+    cat_name = np.full(n, "", dtype=object)
+    cmap = _category_names(db, types)
+    if cmap:
+        pid = (c["gtid"] >> 24) & _TID_MASK
+        dom_id = np.where(c["domain_id"] < 0, 0, c["domain_id"])
+        cat_name = np.array([cmap.get((int(d), int(k), int(p)), "") for d, k, p in zip(dom_id, c["category"], pid)],
+                            dtype=object)
+
     typ = c["type"]
     kind = np.where(np.isin(typ, pp), "push_pop", np.where(np.isin(typ, se), "start_end", "mark")).astype(object)
     start = c["start"]
@@ -187,7 +210,8 @@ def read_nvtx(db: _Db, strings: np.ndarray, thread_names: dict, notes: list) -> 
         "name": name, "domain": domain, "start_ns": start, "end_ns": end, "duration_ns": end - start,
         "tid": gtid & _TID_MASK, "pid": (gtid >> 24) & _TID_MASK, "global_tid": gtid,
         "thread_name": tname, "depth": np.zeros(n, dtype=np.int64), "parent": np.full(n, -1, dtype=np.int64),
-        "kind": kind, "payload": payload_s, "color": color, "category": c["category"], "ended": ended,
+        "kind": kind, "payload": payload_s, "color": color, "category": c["category"],
+        "category_name": cat_name, "ended": ended,
         # ranges ending on another thread are left out of GPU projection, as nsys does
         "end_global_tid": c["end_gtid"],
     })
