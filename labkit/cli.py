@@ -1,4 +1,4 @@
-"""Command line: ``python -m labkit {doctor,profile,summary,table} ...``.
+"""Command line: ``python -m labkit {doctor,profile,summary,compare,table} ...``.
 
 ``profile`` and ``summary`` are here; ``doctor`` and ``table`` live with the modules that do
 the work and are imported only when asked for, so ``python -m labkit doctor`` does not import
@@ -15,14 +15,15 @@ from pathlib import Path
 
 from labkit.errors import LabkitError
 
-__all__ = ["main", "cli_profile", "cli_summary", "text_table"]
+__all__ = ["main", "cli_profile", "cli_summary", "cli_compare", "text_table"]
 
-_WHAT = ("nvtx", "kernels", "memcpy", "projection", "stages", "batches")
+_WHAT = ("nvtx", "kernels", "memcpy", "memsize", "cuda_api", "osrt", "projection", "stages", "batches")
 
 _COMMANDS = {
     "doctor": ("labkit.doctor", "cli", "check this machine: Python, torch, GPU, nsys, nvtx, TensorRT, OpenCV, disk"),
     "profile": ("labkit.cli", "cli_profile", "run a command under nsys: python -m labkit profile [--name N] -- CMD ..."),
-    "summary": ("labkit.cli", "cli_summary", "summarize a report: python -m labkit summary REPORT [--what ...] [--csv]"),
+    "summary": ("labkit.cli", "cli_summary", "summarize a report: python -m labkit summary REPORT [--what a,b,...] [--csv]"),
+    "compare": ("labkit.cli", "cli_compare", "what changed between two reports: python -m labkit compare A B"),
     "table": ("labkit.tables", "cli_table", "print the relative-speedup table of a ledger: python -m labkit table [PATH]"),
 }
 
@@ -49,38 +50,99 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def cli_summary(argv: list[str]) -> int:
-    """``python -m labkit summary REPORT [--what ...] [--csv]``: print one summary table."""
-    from labkit import analysis, summaries
-    from labkit.report import load_report
+_SUMMARY_FUNCS = {  # --what -> (module, function); imported only when asked for
+    "nvtx": ("labkit.summaries", "nvtx_summary"), "kernels": ("labkit.summaries", "kernel_summary"),
+    "memcpy": ("labkit.summaries", "memcpy_summary"), "memsize": ("labkit.summaries", "memcpy_size_summary"),
+    "cuda_api": ("labkit.summaries", "cuda_api_summary"), "osrt": ("labkit.summaries", "osrt_summary"),
+    "projection": ("labkit.summaries", "gpu_projection_summary"),
+    "stages": ("labkit.analysis", "stage_table"), "batches": ("labkit.analysis", "batches"),
+}
 
+
+def cli_summary(argv: list[str]) -> int:
+    """``python -m labkit summary REPORT [--what nvtx,kernels,...] [--window S,E | --within R] [--csv]``:
+    print one or several summary tables of one report, loaded once."""
     p = argparse.ArgumentParser(prog="python -m labkit summary",
                                 description="Summarize an Nsight Systems report (.nsys-rep or .sqlite).")
     p.add_argument("report")
-    p.add_argument("--what", choices=_WHAT, default="nvtx")
+    p.add_argument("--what", default="nvtx",
+                   help=f"comma-separated, any of: {','.join(_WHAT)} (default: nvtx)")
+    p.add_argument("--window", default=None, help="START_NS,END_NS: only what starts in that span")
+    p.add_argument("--within", default=None, help="an NVTX range name: only what starts inside its instances")
     p.add_argument("--csv", action="store_true", help="print CSV instead of a text table")
     p.add_argument("--warmup", type=int, default=0, help="batches left out of --what batches")
     p.add_argument("--wide", action="store_true", help="names in full (default: cut to the terminal width, COLUMNS)")
     args = p.parse_args(argv)
+    what = [w.strip() for w in args.what.split(",") if w.strip()]
+    bad = [w for w in what if w not in _SUMMARY_FUNCS]
+    if bad or not what:
+        p.print_usage(sys.stderr)
+        print(f"labkit: unknown --what {','.join(bad) or '(empty)'}: choose from {','.join(_WHAT)}", file=sys.stderr)
+        return 2
+    window = None
+    if args.window:
+        try:
+            window = tuple(int(x) for x in args.window.split(","))
+        except ValueError:
+            window = ()
+        if len(window) != 2:
+            print(f"labkit: --window {args.window!r}: give START_NS,END_NS, two integers", file=sys.stderr)
+            return 2
+    from labkit.report import load_report
+
+    out = []
     try:
         rep = load_report(args.report)
-        df = {
-            "nvtx": lambda: summaries.nvtx_summary(rep),
-            "kernels": lambda: summaries.kernel_summary(rep),
-            "memcpy": lambda: summaries.memcpy_summary(rep),
-            "projection": lambda: summaries.gpu_projection_summary(rep),
-            "stages": lambda: analysis.stage_table(rep),
-            "batches": lambda: analysis.batches(rep, warmup=args.warmup),
-        }[args.what]()
+        if window is not None or args.within is not None:
+            from labkit.window import restrict
+
+            rep = restrict(rep, window=window, within=args.within)
+        for w in what:
+            module, func = _SUMMARY_FUNCS[w]
+            fn = getattr(importlib.import_module(module), func)
+            out.append((w, fn(rep, warmup=args.warmup) if w == "batches" else fn(rep)))
     except LabkitError as exc:
         print(f"labkit: {exc}", file=sys.stderr)
         return 1
     for note in rep.notes:
         print(f"labkit: note: {note}", file=sys.stderr)
+    for i, (w, df) in enumerate(out):
+        if len(out) > 1:
+            print(("\n" if i else "") + (f"# {w}" if args.csv else f"== {w} =="))
+        if args.csv:
+            df.to_csv(sys.stdout, index=False)
+        elif len(df) == 0:
+            print(f"(no {w} data in {args.report})")
+        else:
+            print(text_table(df, width=None if args.wide else _terminal_width()))
+    return 0
+
+
+def cli_compare(argv: list[str]) -> int:
+    """``python -m labkit compare A B [--top N] [--csv]``: what changed from report A to report B."""
+    p = argparse.ArgumentParser(prog="python -m labkit compare",
+                                description="Per NVTX range, kernel and CUDA API call: counts, totals and deltas "
+                                            "of two reports, the biggest changes first.")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--top", type=int, default=20, help="rows to print (0: all)")
+    p.add_argument("--within", default=None, help="an NVTX range name both reports hold")
+    p.add_argument("--csv", action="store_true")
+    p.add_argument("--wide", action="store_true")
+    args = p.parse_args(argv)
+    from labkit.diff import compare
+
+    try:
+        df = compare(args.a, args.b, within=args.within)
+    except LabkitError as exc:
+        print(f"labkit: {exc}", file=sys.stderr)
+        return 1
+    if args.top:
+        df = df.head(args.top)
     if args.csv:
         df.to_csv(sys.stdout, index=False)
     elif len(df) == 0:
-        print(f"(no {args.what} data in {args.report})")
+        print("(nothing to compare: neither report holds NVTX ranges, kernels or CUDA API calls)")
     else:
         print(text_table(df, width=None if args.wide else _terminal_width()))
     return 0
