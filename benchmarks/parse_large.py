@@ -1,10 +1,16 @@
 """Benchmark: load and summarize a large export, side by side with ``nsys stats``.
 
-Builds (once, then reuses) ``reports/bench/large.sqlite``: the H100 fixture
-``tests/fixtures/gputest.nsys2025.3.sqlite`` replicated COPIES times, each copy shifted in
-time by the fixture's span and in correlation id by its largest id, for NVTX ranges, kernels,
-memcpys, memsets and the CUDA API calls that launched them (other API rows are left out).
-The default of 4000 copies gives 1,408,000 kernels and 200,000 NVTX ranges.
+Builds (once, then reuses) two differently shaped exports under ``reports/bench/``, each a
+fixture replicated COPIES times, each copy shifted in time by the fixture's span and in
+correlation id by its largest id, for NVTX ranges, kernels, memcpys, memsets and the CUDA API
+calls that launched them (other API rows are left out):
+
+- ``large.sqlite`` (``--shape gputest``): our H100 fixture ``tests/fixtures/gputest.nsys2025.3.sqlite``
+  (nsys 2025.3); 4000 copies: 1,408,000 kernels of 6 names, 200,000 flat NVTX ranges;
+- ``llama.sqlite`` (``--shape llama``): a real export made by others,
+  ``tests/fixtures/real/Sh1mwww_2024.6_llama3_real_inference_simulation.sqlite`` (nsys 2024.6,
+  PyTorch LLaMA-3 inference: nested layer/token ranges, 2 kernel names, one very long); 652
+  copies: 1,001,472 kernels, 1,043,852 nested NVTX ranges.
 
 Then times ``load_report`` + ``nvtx_summary`` + ``kernel_summary`` + ``gpu_projection``
 (target: under 10 s on 2 cores) and ``nsys stats`` on the same file with the installed nsys, and
@@ -12,8 +18,13 @@ prints two ratios: the summaries (load + nvtx + kernel summaries against one
 ``nsys stats -r nvtxsum,gpukernsum``, best of 3 alternating; target >= 3x) and the projection
 (against ``nvtxgpuproj``, a lower bound when that times out; target >= 100x).
 
-    python benchmarks/parse_large.py [--copies 4000] [--out reports/bench/large.sqlite]
-        [--rebuild] [--no-nsys] [--nsys-timeout 600]
+Two ratios per export against nsys stats (target >= 3x warm, >= 2x as processes): in one warm
+process (load_report + nvtx_summary + kernel_summary against one ``nsys stats -r
+nvtxsum,gpukernsum``), and from the terminal as whole processes (one ``python -m labkit summary
+FILE --what nvtx,kernels --csv`` against the same ``nsys stats``), best of 3 each, alternating.
+
+    python benchmarks/parse_large.py [--shape both|gputest|llama] [--copies N] [--out FILE]
+        [--rebuild] [--no-nsys] [--no-projection] [--nsys-timeout 600]
 
 Seen on the 2-core CPU box (2026-11-23 23:51 UTC, Debian nsys 2022.4.2.1, load average 2.2):
 labkit load 0.02 s, nvtx_summary 0.26 s, kernel_summary 0.46 s, gpu_projection 5.6 s; nsys stats
@@ -35,21 +46,27 @@ from pathlib import Path
 import labkit
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "tests" / "fixtures" / "gputest.nsys2025.3.sqlite"
+SHAPES = {  # name: (fixture, default copies, default output)
+    "gputest": (ROOT / "tests" / "fixtures" / "gputest.nsys2025.3.sqlite", 4000, "large.sqlite"),
+    "llama": (ROOT / "tests" / "fixtures" / "real" / "Sh1mwww_2024.6_llama3_real_inference_simulation.sqlite", 652,
+              "llama.sqlite"),
+}
+FIXTURE = SHAPES["gputest"][0]
 GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 
 
-def build(out: Path, copies: int) -> None:
+def build(out: Path, copies: int, fixture: Path = FIXTURE) -> None:
     """Write the replicated export to ``out`` (all work done inside SQLite)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".building")
-    shutil.copyfile(FIXTURE, tmp)
+    shutil.copyfile(fixture, tmp)
     tmp.chmod(0o644)
     con = sqlite3.connect(tmp)
     cur = con.cursor()
+    present = {r[0] for r in cur.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     lo, hi = cur.execute(
         "SELECT min(s), max(e) FROM (SELECT min(start) s, max(end) e FROM NVTX_EVENTS UNION ALL "
-        + " UNION ALL ".join(f"SELECT min(start), max(end) FROM {t}" for t in GPU_TABLES)
+        + " UNION ALL ".join(f"SELECT min(start), max(end) FROM {t}" for t in GPU_TABLES if t in present)
         + " UNION ALL SELECT min(start), max(end) FROM CUPTI_ACTIVITY_KIND_RUNTIME)").fetchone()
     period = int(hi - lo) + 1_000_000
     corr = cur.execute("SELECT max(correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0] + 1
@@ -72,11 +89,15 @@ def build(out: Path, copies: int) -> None:
                     f"FROM copies c CROSS JOIN temp.orig o ORDER BY c.k, o.rowid")
         cur.execute("DROP TABLE temp.orig")
 
-    ops = " UNION ".join(f"SELECT correlationId FROM {t}" for t in GPU_TABLES)
+    tables = {r[0] for r in cur.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    gpu = [t for t in GPU_TABLES if t in tables]
+    ops = " UNION ".join(f"SELECT correlationId FROM {t}" for t in gpu)
     replicate("CUPTI_ACTIVITY_KIND_RUNTIME", f"WHERE correlationId IN ({ops})")
-    for t in GPU_TABLES:
+    for t in gpu:
         replicate(t)
-    replicate("NVTX_EVENTS", "WHERE eventType IN (59, 60, 34)", shift_corr=False)
+    have = {r[0] for r in cur.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "NVTX_EVENTS" in have:
+        replicate("NVTX_EVENTS", "WHERE eventType IN (59, 60, 34)", shift_corr=False)
     cur.execute("UPDATE ANALYSIS_DETAILS SET stopTime = startTime + ?, duration = ?",
                 (period * copies, period * copies))
     con.commit()
@@ -92,7 +113,8 @@ def count(path: Path) -> dict:
          "cuda_api": "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME",
          "memcpy": "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY",
          "memset": "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET"}
-    out = {k: con.execute(v).fetchone()[0] for k, v in q.items()}
+    have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    out = {k: con.execute(v).fetchone()[0] for k, v in q.items() if v.split("FROM ")[1].split()[0] in have}
     con.close()
     return out
 
@@ -117,7 +139,7 @@ def agreement(rep, csvs: dict) -> str:
     return ", ".join(said) or "nothing to compare"
 
 
-def time_labkit(path: Path) -> dict:
+def time_labkit(path: Path, projection: bool = True) -> dict:
     """Wall and CPU seconds of each step (CPU time is the fairer figure on a shared, busy box).
     The modules are imported first: the timings are of reading and summarizing, not of importing pandas."""
     import labkit.analysis  # noqa: F401  (imports pandas, numpy and every labkit module used below)
@@ -126,7 +148,7 @@ def time_labkit(path: Path) -> dict:
     w0, c0 = time.perf_counter(), time.process_time()
     rep = labkit.load_report(path)
     t["load_report"], cpu["load_report"] = time.perf_counter() - w0, time.process_time() - c0
-    for name in ("nvtx_summary", "kernel_summary", "gpu_projection"):
+    for name in ("nvtx_summary", "kernel_summary") + (("gpu_projection",) if projection else ()):
         w1, c1 = time.perf_counter(), time.process_time()
         df = getattr(labkit, name)(rep)
         t[name], cpu[name] = time.perf_counter() - w1, time.process_time() - c1
@@ -185,7 +207,7 @@ def summaries_race(path: Path, exe: str, reports: list[str], rounds: int = 3) ->
             "nsys": (min(w for w, _ in theirs), min(c for _, c in theirs))}
 
 
-def time_nsys(path: Path, timeout: int) -> dict:
+def time_nsys(path: Path, timeout: int, projection: bool = True) -> dict:
     from labkit.env import find_nsys, nsys_version
 
     exe = find_nsys()
@@ -196,6 +218,8 @@ def time_nsys(path: Path, timeout: int) -> dict:
     reports = ["nvtxsum", "gpukernsum", "gpumemtimesum", "nvtxgpuproj"] if old else \
         ["nvtx_sum", "cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "nvtx_gpu_proj_trace"]
     res = {"nsys": ver, "csv": {}, "exe": exe, "reports": reports}
+    if not projection:
+        reports = reports[:3]
     with tempfile.TemporaryDirectory() as td:
         work = Path(td) / path.name  # nsys stats may add its own tables: never touch the original
         shutil.copyfile(path, work)
@@ -207,55 +231,101 @@ def time_nsys(path: Path, timeout: int) -> dict:
     return res
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--copies", type=int, default=4000)
-    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "bench" / "large.sqlite")
-    ap.add_argument("--rebuild", action="store_true")
-    ap.add_argument("--no-nsys", action="store_true")
-    ap.add_argument("--nsys-timeout", type=int, default=600)
-    args = ap.parse_args(argv)
-    if args.rebuild or not args.out.exists():
+def process_race(path: Path, exe: str, reports: list[str], rounds: int = 3) -> dict:
+    """From the terminal, whole processes: ``python -m labkit summary FILE --what nvtx,kernels --csv``
+    (interpreter start, imports, load, both summaries, CSV out) against ``nsys stats -r <nvtx>,<kernels>``,
+    alternating, best of ``rounds`` each (wall)."""
+    ours, theirs = [], []
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with tempfile.TemporaryDirectory() as td:
+        work = Path(td) / path.name
+        shutil.copyfile(path, work)
+        _stats(exe, reports, work, Path(td) / "warm", 600)
+        for k in range(rounds):
+            w0 = time.perf_counter()
+            p = subprocess.run([sys.executable, "-m", "labkit", "summary", str(path), "--what", "nvtx,kernels",
+                                "--csv"], capture_output=True, env=env)
+            ours.append(time.perf_counter() - w0)
+            if p.returncode:
+                return {"error": f"labkit summary failed: {p.stderr.decode()[-200:]}"}
+            wall, _, _ = _stats(exe, reports, work, Path(td) / f"p{k}", 600)
+            if not isinstance(wall, float):
+                return {"error": wall}
+            theirs.append(wall)
+    return {"labkit": min(ours), "nsys": min(theirs)}
+
+
+def run_shape(shape: str, args) -> None:
+    fixture, copies, name = SHAPES[shape]
+    out = args.out or ROOT / "reports" / "bench" / name
+    copies = args.copies or copies
+    if args.rebuild or not out.exists():
         t0 = time.perf_counter()
-        build(args.out, args.copies)
-        print(f"built {args.out} in {time.perf_counter() - t0:.1f} s")
-    n = count(args.out)
+        build(out, copies, fixture)
+        print(f"built {out} in {time.perf_counter() - t0:.1f} s")
+    n = count(out)
     sizes = ", ".join(f"{k} {v:,}" for k, v in n.items())
-    print(f"file: {args.out} ({args.out.stat().st_size / 2**20:.0f} MiB): {sizes}")
-    t = time_labkit(args.out)
+    print(f"== {shape}: {out} ({out.stat().st_size / 2**20:.0f} MiB, from {fixture.name}): {sizes}")
+    t = time_labkit(out, projection=not args.no_projection)
     cpu = t.pop("cpu")
     rep = t.pop("report")
     print("labkit wall: " + ", ".join(f"{k} {v:.2f} s" for k, v in t.items() if not k.endswith("_rows")))
     print("labkit cpu:  " + ", ".join(f"{k} {v:.2f} s" for k, v in cpu.items()))
-    print(f"        rows: nvtx_summary {t['nvtx_summary_rows']}, kernel_summary {t['kernel_summary_rows']}, "
-          f"gpu_projection {t['gpu_projection_rows']:,}")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"        target < 10 s: {'met' if t['total'] < 10 else 'MISSED'} (wall {t['total']:.2f} s, "
           f"cpu {cpu['total']:.2f} s, {os.cpu_count()} cores, load average {load:.1f})")
-    if not args.no_nsys:
-        r = time_nsys(args.out, args.nsys_timeout)
-        csvs, exe, reports, ncpu = r.pop("csv"), r.pop("exe", None), r.pop("reports", None), r.pop("cpu", {})
-        print(f"nsys stats ({r.pop('nsys', '?')}) on the same file: "
-              + ", ".join(f"{k} {v:.1f} s" if isinstance(v, float) else f"{k}: {v}" for k, v in r.items()))
-        print(f"agreement with nsys stats: {agreement(rep, csvs)}")
-        if exe:
-            race = summaries_race(args.out, exe, reports[:2])
-            if "error" in race:
-                print(f"summaries race: nsys stats {race['error']}")
-            else:
-                (lw, lc), (nw, nc) = race["labkit"], race["nsys"]
-                print(f"summaries (load_report + nvtx_summary + kernel_summary) against `nsys stats -r "
-                      f"{','.join(reports[:2])}`, best of 3 each, alternating: labkit {lw:.2f} s wall / {lc:.2f} s "
-                      f"cpu, nsys {nw:.2f} s wall / {nc:.2f} s cpu: {nw / lw:.1f}x faster (wall), "
-                      f"{nc / lc:.1f}x (cpu); target >= 3x")
-            proj, proj_cpu = r.get(reports[3]), ncpu.get(reports[3]) or float("nan")
-            ours, ours_cpu = t["gpu_projection"], cpu["gpu_projection"]
-            wall = proj if isinstance(proj, float) else float(args.nsys_timeout)
-            bound = "" if isinstance(proj, float) else "more than "  # a timeout gives a lower bound
-            print(f"projection: {reports[3]} {proj if not isinstance(proj, float) else f'{proj:.1f} s'} "
-                  f"({proj_cpu:.1f} s cpu), labkit gpu_projection {ours:.2f} s wall / {ours_cpu:.2f} s cpu: "
-                  f"{bound}{wall / ours:.0f}x faster (wall), {bound}{proj_cpu / ours_cpu:.0f}x (cpu); "
-                  f"target >= 100x")
+    if args.no_nsys:
+        return
+    r = time_nsys(out, args.nsys_timeout, projection=not args.no_projection)
+    csvs, exe, reports, ncpu = r.pop("csv"), r.pop("exe", None), r.pop("reports", None), r.pop("cpu", {})
+    print(f"nsys stats ({r.pop('nsys', '?')}) on the same file: "
+          + ", ".join(f"{k} {v:.1f} s" if isinstance(v, float) else f"{k}: {v}" for k, v in r.items()))
+    print(f"agreement with nsys stats: {agreement(rep, csvs)}")
+    if not exe:
+        return
+    race = summaries_race(out, exe, reports[:2])
+    if "error" in race:
+        print(f"summaries race: nsys stats {race['error']}")
+    else:
+        (lw, lc), (nw, nc) = race["labkit"], race["nsys"]
+        print(f"[{shape}] warm, one process: load_report + nvtx_summary + kernel_summary against `nsys stats -r "
+              f"{','.join(reports[:2])}`, best of 3 each, alternating: labkit {lw:.2f} s wall / {lc:.2f} s "
+              f"cpu, nsys {nw:.2f} s wall / {nc:.2f} s cpu: {nw / lw:.1f}x faster (wall), "
+              f"{nc / lc:.1f}x (cpu); target >= 3x")
+    pr = process_race(out, exe, reports[:2])
+    if "error" in pr:
+        print(f"process race: {pr['error']}")
+    else:
+        print(f"[{shape}] whole processes from the terminal: `python -m labkit summary --what nvtx,kernels --csv` "
+              f"{pr['labkit']:.2f} s against `nsys stats -r {','.join(reports[:2])}` {pr['nsys']:.2f} s wall, "
+              f"best of 3: {pr['nsys'] / pr['labkit']:.1f}x faster; target >= 2x")
+    if args.no_projection:
+        return
+    proj, proj_cpu = r.get(reports[3]), ncpu.get(reports[3]) or float("nan")
+    ours, ours_cpu = t["gpu_projection"], cpu["gpu_projection"]
+    wall = proj if isinstance(proj, float) else float(args.nsys_timeout)
+    bound = "" if isinstance(proj, float) else "more than "  # a timeout gives a lower bound
+    print(f"projection: {reports[3]} {proj if not isinstance(proj, float) else f'{proj:.1f} s'} "
+          f"({proj_cpu:.1f} s cpu), labkit gpu_projection {ours:.2f} s wall / {ours_cpu:.2f} s cpu: "
+          f"{bound}{wall / ours:.0f}x faster (wall), {bound}{proj_cpu / ours_cpu:.0f}x (cpu); "
+          f"target >= 100x")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", choices=("both", *SHAPES), default="both")
+    ap.add_argument("--copies", type=int, default=None, help="default: 4000 (gputest), 652 (llama)")
+    ap.add_argument("--out", type=Path, default=None, help="with one --shape only")
+    ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--no-nsys", action="store_true")
+    ap.add_argument("--no-projection", action="store_true", help="skip gpu_projection and nvtxgpuproj (slow in nsys)")
+    ap.add_argument("--nsys-timeout", type=int, default=600)
+    args = ap.parse_args(argv)
+    shapes = list(SHAPES) if args.shape == "both" else [args.shape]
+    if args.out and len(shapes) > 1:
+        ap.error("--out needs one --shape")
+    for shape in shapes:
+        run_shape(shape, args)
     return 0
 
 

@@ -23,6 +23,9 @@ _NVTX_TYPES = {
 }
 
 
+COLUMNS_FROM = 50_000  # inline-text ranges above which range_durations reads columns instead of grouping in SQLite
+
+
 def _event_types(db: _Db) -> tuple[dict, list, list, list]:
     """NVTX event type ids (from ENUM_NSYS_EVENT_TYPE when present): all, push/pop, start/end, marks."""
     types = dict(_NVTX_TYPES)
@@ -90,6 +93,13 @@ def range_durations(db: _Db, strings: np.ndarray) -> pd.DataFrame:
     text = "text" if "text" in cols else "NULL"
     dom = "coalesce(domainId, -1)" if "domainId" in cols else "-1"
     pid = "((coalesce(globalTid, 0) >> 24) & 16777215)" if "globalTid" in cols else "0"
+    cond = "AND " + where.split(" WHERE ", 1)[1]
+    rest = int(db.scalar_rows(f"SELECT count(*) {where}", t)[0][0])
+    if COLUMNS_FROM < rest < 5_000_000 and "text" in cols:  # many inline texts: columns, not SQLite's GROUP BY sort
+        got = _by_columns(db, strings, t, cond, rest, {"tid": text_id, "did": dom, "pid": pid, "dur": dur}, dmap, se)
+        if got is not None:
+            parts.append(got)
+            where += " AND 0"
     rows = db.scalar_rows(f"SELECT eventType, {text_id}, {text}, {dom}, {pid}, group_concat({dur}), count(*) "
                           f"{where} GROUP BY 1, 2, 3, 4, 5", t)
     for typ, tid, txt, did, p, joined, n in rows:
@@ -106,6 +116,36 @@ def range_durations(db: _Db, strings: np.ndarray) -> pd.DataFrame:
     cat = (lambda i, dt: np.concatenate([x[i] for x in parts]) if parts else np.empty(0, dtype=dt))
     return pd.DataFrame({"name": cat(0, object), "domain": cat(1, object), "style": cat(2, object),
                          "duration_ns": cat(3, np.int64)})
+
+
+def _by_columns(db: _Db, strings: np.ndarray, t: str, cond: str, n: int, exprs: dict, dmap: dict, se: list):
+    """(name, domain, style, duration) of the ``cond`` rows read as columns (style and duration packed
+    in one; text ids, domains and processes only where they can matter), the inline texts as one
+    joined string; None when that does not fit (then SQLite groups them)."""
+    packed = db._column(t, f"((eventType IN ({','.join(map(str, se))})) << 40) | {exprs['dur']}", n, cond)
+    dur = packed & (2**40 - 1)
+    if len(dur) and (dur.min() < 0 or (packed >> 41).any()):
+        return None
+    joined = db.scalar_rows(f"SELECT group_concat(coalesce(text, ''), char(31)) FROM "
+                            f"(SELECT text FROM [{t}] WHERE 1 {cond} ORDER BY rowid)", t)[0][0] or ""
+    texts = joined.split("\x1f")
+    if len(texts) != n:
+        return None
+    name = np.array(texts, dtype=object)
+    if "textId IS NULL" not in cond and exprs["tid"] != "-1":
+        tid = db._column(t, exprs["tid"], n, cond)
+        ok = (tid >= 0) & (tid < len(strings))
+        name[ok] = strings[tid[ok]]
+        name[name == None] = ""  # noqa: E711
+    domain = np.full(n, "", dtype=object)
+    if dmap:
+        keys = pd.MultiIndex.from_arrays([db._column(t, exprs["did"], n, cond), db._column(t, exprs["pid"], n, cond)])
+        ser = pd.Series(list(dmap.values()), index=pd.MultiIndex.from_tuples(list(dmap.keys())), dtype=object)
+        domain = np.array(ser.reindex(keys).to_numpy(dtype=object), dtype=object)
+        domain[pd.isna(domain)] = ""
+    style = np.where(packed >> 40, "StartEnd", "PushPop").astype(object)
+    return name, domain, style, dur
+
 
 def read_nvtx(db: _Db, strings: np.ndarray, thread_names: dict, notes: list) -> pd.DataFrame:
     t = "NVTX_EVENTS"

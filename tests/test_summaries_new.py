@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import labkit
@@ -128,3 +129,17 @@ def test_summary_command_imports_only_what_it_needs():
     imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
     for heavy in ("matplotlib", "labkit.analysis", "labkit.advice", "labkit.timeline", "scipy", "labkit.diff"):
         assert heavy not in imported, heavy
+
+
+@pytest.mark.parametrize("stem", ["Sh1mwww_2024.6_llama3_real_inference_simulation", "extra-p_2022.1_concurrent_s16_windows",
+                                  "YoonKyonghwan_2022.4_centerformer_poolformer", "NTHU-SC_2025.1_icon_graupel_gpu"])
+def test_nvtx_summary_by_columns_equals_by_sqlite_groups(stem, monkeypatch):
+    """Many inline-text ranges are read as columns (large exports); the result is the grouped query's."""
+    from labkit import reader_nvtx
+
+    path = FIX / "real" / f"{stem}.sqlite"
+    want = summaries.nvtx_summary(labkit.load_report(path))
+    monkeypatch.setattr(reader_nvtx, "COLUMNS_FROM", 0)
+    got = summaries.nvtx_summary(labkit.load_report(path))
+    key = ["domain", "name", "style"]
+    pd.testing.assert_frame_equal(got.sort_values(key, ignore_index=True), want.sort_values(key, ignore_index=True))
