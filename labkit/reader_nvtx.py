@@ -23,7 +23,7 @@ _NVTX_TYPES = {
 }
 
 
-COLUMNS_FROM = 50_000  # inline-text ranges above which range_durations reads columns instead of grouping in SQLite
+COLUMNS_FROM = 50_000  # NVTX_EVENTS rows above which range_durations reads in one pass (see _one_scan)
 
 
 def _event_types(db: _Db) -> tuple[dict, list, list, list]:
@@ -68,10 +68,14 @@ def range_durations(db: _Db, strings: np.ndarray) -> pd.DataFrame:
                             ).assign(duration_ns=pd.Series(dtype="int64"))
     types, pp, se, _ = _event_types(db)
     cols = set(db.columns(t))
+    dmap = _domain_names(db, types)
+    if db.count(t) > COLUMNS_FROM:
+        out = _one_scan(db, strings, t, pp, se, cols, dmap)
+        if out is not None:
+            return out
     maxts = int(db.scalar_rows(f"SELECT coalesce(max(max(start), coalesce(max(end), 0)), 0) FROM [{t}]")[0][0])
     dur = f"(coalesce([end], {maxts}) - start)"
     where = f"FROM [{t}] WHERE eventType IN ({','.join(map(str, pp + se))})"
-    dmap = _domain_names(db, types)
     parts = []
     if not dmap and "textId" in cols:
         # the default domain only: (textId, style, duration) packed in one integer per range, one
@@ -93,13 +97,6 @@ def range_durations(db: _Db, strings: np.ndarray) -> pd.DataFrame:
     text = "text" if "text" in cols else "NULL"
     dom = "coalesce(domainId, -1)" if "domainId" in cols else "-1"
     pid = "((coalesce(globalTid, 0) >> 24) & 16777215)" if "globalTid" in cols else "0"
-    cond = "AND " + where.split(" WHERE ", 1)[1]
-    rest = int(db.scalar_rows(f"SELECT count(*) {where}", t)[0][0])
-    if COLUMNS_FROM < rest < 5_000_000 and "text" in cols:  # many inline texts: columns, not SQLite's GROUP BY sort
-        got = _by_columns(db, strings, t, cond, rest, {"tid": text_id, "did": dom, "pid": pid, "dur": dur}, dmap, se)
-        if got is not None:
-            parts.append(got)
-            where += " AND 0"
     rows = db.scalar_rows(f"SELECT eventType, {text_id}, {text}, {dom}, {pid}, group_concat({dur}), count(*) "
                           f"{where} GROUP BY 1, 2, 3, 4, 5", t)
     for typ, tid, txt, did, p, joined, n in rows:
@@ -118,33 +115,57 @@ def range_durations(db: _Db, strings: np.ndarray) -> pd.DataFrame:
                          "duration_ns": cat(3, np.int64)})
 
 
-def _by_columns(db: _Db, strings: np.ndarray, t: str, cond: str, n: int, exprs: dict, dmap: dict, se: list):
-    """(name, domain, style, duration) of the ``cond`` rows read as columns (style and duration packed
-    in one; text ids, domains and processes only where they can matter), the inline texts as one
-    joined string; None when that does not fit (then SQLite groups them)."""
-    packed = db._column(t, f"((eventType IN ({','.join(map(str, se))})) << 40) | {exprs['dur']}", n, cond)
-    dur = packed & (2**40 - 1)
-    if len(dur) and (dur.min() < 0 or (packed >> 41).any()):
+def _one_scan(db: _Db, strings: np.ndarray, t: str, pp: list, se: list, cols: set, dmap: dict):
+    """range_durations of a large export in one pass over NVTX_EVENTS: SQLite joins (style, duration)
+    packed in one integer, the text id, the inline text (and domain and process where domains exist)
+    into one string each; numpy parses them and pandas factorizes the texts. None where that does not
+    fit (an unended range, a text holding the separator): then the grouped queries are used."""
+    se_sql = ",".join(map(str, se))
+    fields = {"p": f"CASE WHEN [end] IS NULL THEN -1 ELSE ((eventType IN ({se_sql})) << 40) | ([end] - start) END"}
+    if "textId" in cols:
+        fields["tid"] = "coalesce(textId, -1)"
+    if dmap:
+        fields["did"] = "coalesce(domainId, -1)" if "domainId" in cols else "-1"
+        fields["pid"] = "((coalesce(globalTid, 0) >> 24) & 16777215)" if "globalTid" in cols else "0"
+    inner = ", ".join(f"{e} AS {k}" for k, e in fields.items())
+    outer = ", ".join(f"group_concat({k})" for k in fields)
+    text = "coalesce(text, '')" if "text" in cols else "''"
+    row = db.scalar_rows(f"SELECT count(*), {outer}, group_concat(tx, char(31)) FROM (SELECT {inner}, {text} AS tx "
+                         f"FROM [{t}] WHERE eventType IN ({','.join(map(str, pp + se))}) ORDER BY rowid)", t)[0]
+    n = int(row[0])
+    try:
+        c = {k: parse_ints(v or "") for k, v in zip(fields, row[1:-1])}
+    except ValueError:
         return None
-    joined = db.scalar_rows(f"SELECT group_concat(coalesce(text, ''), char(31)) FROM "
-                            f"(SELECT text FROM [{t}] WHERE 1 {cond} ORDER BY rowid)", t)[0][0] or ""
-    texts = joined.split("\x1f")
-    if len(texts) != n:
+    texts = (row[-1] or "").split("\x1f") if n else []
+    if len(texts) != n or any(len(v) != n for v in c.values()):
         return None
-    name = np.array(texts, dtype=object)
-    if "textId IS NULL" not in cond and exprs["tid"] != "-1":
-        tid = db._column(t, exprs["tid"], n, cond)
+    packed = c["p"]
+    if n and (packed.min() < 0 or (packed >> 41).any()):
+        return None
+    tid = c.get("tid")
+    if tid is not None and n and (tid >= 0).all():  # names all in StringIds: categories from the ids
+        uniq, inv = np.unique(tid, return_inverse=True)
+        cats = _lookup(strings, uniq)
+        cats[cats == None] = ""  # noqa: E711
+        name = pd.Categorical.from_codes(inv.astype(np.int32), categories=pd.Index(cats, dtype=object)) \
+            if len(set(cats)) == len(cats) else cats[inv]
+    elif tid is not None and (tid >= 0).any():
+        name = np.array(texts, dtype=object)
         ok = (tid >= 0) & (tid < len(strings))
         name[ok] = strings[tid[ok]]
         name[name == None] = ""  # noqa: E711
+    else:
+        codes, uniq = pd.factorize(pd.Index(texts, dtype=object))
+        name = pd.Categorical.from_codes(codes, categories=uniq) if len(set(uniq)) == len(uniq) else uniq[codes]
     domain = np.full(n, "", dtype=object)
     if dmap:
-        keys = pd.MultiIndex.from_arrays([db._column(t, exprs["did"], n, cond), db._column(t, exprs["pid"], n, cond)])
+        keys = pd.MultiIndex.from_arrays([c["did"], c["pid"]])
         ser = pd.Series(list(dmap.values()), index=pd.MultiIndex.from_tuples(list(dmap.keys())), dtype=object)
         domain = np.array(ser.reindex(keys).to_numpy(dtype=object), dtype=object)
         domain[pd.isna(domain)] = ""
-    style = np.where(packed >> 40, "StartEnd", "PushPop").astype(object)
-    return name, domain, style, dur
+    style = pd.Categorical.from_codes((packed >> 40).astype(np.int8), categories=["PushPop", "StartEnd"])
+    return pd.DataFrame({"name": name, "domain": domain, "style": style, "duration_ns": packed & (2**40 - 1)})
 
 
 def read_nvtx(db: _Db, strings: np.ndarray, thread_names: dict, notes: list) -> pd.DataFrame:

@@ -15,7 +15,6 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from labkit import nsys as _nsys
 from labkit.reader import (_TID_MASK, CUDA_API_COLUMNS, GRAPH_COLUMNS, GRAPH_TABLE, KERNEL_COLUMNS, MEMCPY_COLUMNS,
                            MEMSET_COLUMNS, NVTX_COLUMNS, OSRT_COLUMNS, PROJECTION_COLUMNS, SUMMARY_COLUMNS,
                            SYNC_COLUMNS, ReportError, _Db, _empty, _pid, _read_cuda_api, _read_gpu, _read_graphs,
@@ -240,6 +239,8 @@ def load_report(path, *, nsys: str | None = None) -> Report:
     if head.startswith(b"SQLite format 3"):
         db_path = path
     elif path.suffix in (".nsys-rep", ".qdrep"):
+        from labkit import nsys as _nsys  # only for a report to export: a .sqlite needs no nsys module
+
         db_path = _nsys.export_sqlite(path, nsys=nsys)
     elif path.suffix == ".qdstrm":
         raise ReportError(f"{path} is an unimported .qdstrm: nsys could not finish the report; "
@@ -254,6 +255,8 @@ def load_report(path, *, nsys: str | None = None) -> Report:
     rep.log_path = log_path
     rep.path = path
     if db_path != path:
+        from labkit import nsys as _nsys
+
         rep.meta["capture_nsys_version"] = _nsys.report_version(path)
     return rep
 
@@ -295,6 +298,8 @@ def profile(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profi
         ``meta["profile_command"]`` / ``meta["profile_wall_s"]``.
     Raises: NsysNotFoundError, ReportExistsError, CaptureRangeError, NsysError, ReportError.
     """
+    from labkit import nsys as _nsys
+
     rec = _nsys.record(command, name=name, trace=trace, outdir=outdir, capture_range=capture_range,
                        nsys_args=nsys_args, env=env, overwrite=overwrite, progress=progress, nsys=nsys)
     try:

@@ -32,6 +32,9 @@ def _summarize(df: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
     out = g.agg(instances="count", total_ns="sum", avg_ns="mean", med_ns="median", min_ns="min",
                 max_ns="max", stddev_ns="std").reset_index()
     out["stddev_ns"] = out["stddev_ns"].fillna(0.0)  # nsys prints 0 for a single instance
+    for k in keys:  # categorical keys (large exports) come back as plain text, as from every other path
+        if isinstance(out[k].dtype, pd.CategoricalDtype):
+            out[k] = out[k].astype(str)
     total = out["total_ns"].sum()
     out["time_pct"] = out["total_ns"] * 100.0 / total if total else 0.0
     for c in ("instances", "total_ns", "min_ns", "max_ns"):

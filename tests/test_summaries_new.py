@@ -131,13 +131,17 @@ def test_summary_command_imports_only_what_it_needs():
         assert heavy not in imported, heavy
 
 
-@pytest.mark.parametrize("stem", ["Sh1mwww_2024.6_llama3_real_inference_simulation", "extra-p_2022.1_concurrent_s16_windows",
-                                  "YoonKyonghwan_2022.4_centerformer_poolformer", "NTHU-SC_2025.1_icon_graupel_gpu"])
-def test_nvtx_summary_by_columns_equals_by_sqlite_groups(stem, monkeypatch):
-    """Many inline-text ranges are read as columns (large exports); the result is the grouped query's."""
+@pytest.mark.parametrize("stem", ["real/Sh1mwww_2024.6_llama3_real_inference_simulation",
+                                  "real/extra-p_2022.1_concurrent_s16_windows",
+                                  "real/YoonKyonghwan_2022.4_centerformer_poolformer",
+                                  "real/NTHU-SC_2025.1_icon_graupel_gpu", "gputest.nsys2025.3", "start_end.nsys2022.4",
+                                  "domains.nsys2022.4", "cpu_threads.nsys2022.4"])
+def test_nvtx_summary_in_one_pass_equals_the_grouped_queries(stem, monkeypatch):
+    """A large export's ranges are read in one pass (inline texts, text ids, domains); the summary is
+    the one the grouped queries give on small exports."""
     from labkit import reader_nvtx
 
-    path = FIX / "real" / f"{stem}.sqlite"
+    path = FIX / f"{stem}.sqlite"
     want = summaries.nvtx_summary(labkit.load_report(path))
     monkeypatch.setattr(reader_nvtx, "COLUMNS_FROM", 0)
     got = summaries.nvtx_summary(labkit.load_report(path))
