@@ -117,21 +117,21 @@ def range_durations(db: _Db, strings: np.ndarray) -> pd.DataFrame:
 
 def _one_scan(db: _Db, strings: np.ndarray, t: str, pp: list, se: list, cols: set, dmap: dict):
     """range_durations of a large export in one pass over NVTX_EVENTS: SQLite joins (style, duration)
-    packed in one integer, the text id, the inline text (and domain and process where domains exist)
-    into one string each; numpy parses them and pandas factorizes the texts. None where that does not
-    fit (an unended range, a text holding the separator): then the grouped queries are used."""
+    packed in one integer and the name (the inline text, or char(30) and the StringIds id) into one
+    string each (and domain and process where domains exist); numpy parses them, pandas factorizes
+    the names and only the distinct ones are looked up. None where that does not fit (an unended
+    range, a text holding the separator): then the grouped queries are used."""
     se_sql = ",".join(map(str, se))
-    fields = {"p": f"CASE WHEN [end] IS NULL THEN -1 ELSE ((eventType IN ({se_sql})) << 40) | ([end] - start) END"}
-    if "textId" in cols:
-        fields["tid"] = "coalesce(textId, -1)"
+    fields = {"p": f"((eventType IN ({se_sql})) << 40) | ([end] - start)"}  # NULL when unended: a count short
     if dmap:
-        fields["did"] = "coalesce(domainId, -1)" if "domainId" in cols else "-1"
-        fields["pid"] = "((coalesce(globalTid, 0) >> 24) & 16777215)" if "globalTid" in cols else "0"
-    inner = ", ".join(f"{e} AS {k}" for k, e in fields.items())
-    outer = ", ".join(f"group_concat({k})" for k in fields)
-    text = "coalesce(text, '')" if "text" in cols else "''"
-    row = db.scalar_rows(f"SELECT count(*), {outer}, group_concat(tx, char(31)) FROM (SELECT {inner}, {text} AS tx "
-                         f"FROM [{t}] WHERE eventType IN ({','.join(map(str, pp + se))}) ORDER BY rowid)", t)[0]
+        did = "coalesce(domainId, -1)" if "domainId" in cols else "-1"
+        pid = "((coalesce(globalTid, 0) >> 24) & 16777215)" if "globalTid" in cols else "0"
+        fields["dp"] = f"(({did} + 1) << 24) | {pid}"
+    names = [x for x in ("text", "char(30) || textId") if x.split()[-1] in cols] + ["''"]
+    # one pass, no ORDER BY: every group_concat of one query sees the rows in the same order
+    outer = ", ".join(f"group_concat({e})" for e in fields.values())
+    row = db.scalar_rows(f"SELECT count(*), {outer}, group_concat(coalesce({', '.join(names)}), char(31)) "
+                         f"FROM [{t}] WHERE eventType IN ({','.join(map(str, pp + se))})", t)[0]
     n = int(row[0])
     try:
         c = {k: parse_ints(v or "") for k, v in zip(fields, row[1:-1])}
@@ -143,29 +143,26 @@ def _one_scan(db: _Db, strings: np.ndarray, t: str, pp: list, se: list, cols: se
     packed = c["p"]
     if n and (packed.min() < 0 or (packed >> 41).any()):
         return None
-    tid = c.get("tid")
-    if tid is not None and n and (tid >= 0).all():  # names all in StringIds: categories from the ids
-        uniq, inv = np.unique(tid, return_inverse=True)
-        cats = _lookup(strings, uniq)
-        cats[cats == None] = ""  # noqa: E711
-        name = pd.Categorical.from_codes(inv.astype(np.int32), categories=pd.Index(cats, dtype=object)) \
-            if len(set(cats)) == len(cats) else cats[inv]
-    elif tid is not None and (tid >= 0).any():
-        name = np.array(texts, dtype=object)
-        ok = (tid >= 0) & (tid < len(strings))
-        name[ok] = strings[tid[ok]]
-        name[name == None] = ""  # noqa: E711
-    else:
-        codes, uniq = pd.factorize(pd.Index(texts, dtype=object))
-        name = pd.Categorical.from_codes(codes, categories=uniq) if len(set(uniq)) == len(uniq) else uniq[codes]
+    codes, uniq = pd.factorize(pd.Index(texts, dtype=object))
+    cats = np.array([_resolve(u, strings) for u in uniq], dtype=object)
+    name = pd.Categorical.from_codes(codes, categories=pd.Index(cats, dtype=object)) \
+        if len(set(cats)) == len(cats) else cats[codes]
     domain = np.full(n, "", dtype=object)
     if dmap:
-        keys = pd.MultiIndex.from_arrays([c["did"], c["pid"]])
+        keys = pd.MultiIndex.from_arrays([(c["dp"] >> 24) - 1, c["dp"] & _TID_MASK])
         ser = pd.Series(list(dmap.values()), index=pd.MultiIndex.from_tuples(list(dmap.keys())), dtype=object)
         domain = np.array(ser.reindex(keys).to_numpy(dtype=object), dtype=object)
         domain[pd.isna(domain)] = ""
     style = pd.Categorical.from_codes((packed >> 40).astype(np.int8), categories=["PushPop", "StartEnd"])
     return pd.DataFrame({"name": name, "domain": domain, "style": style, "duration_ns": packed & (2**40 - 1)})
+
+
+def _resolve(value: str, strings: np.ndarray) -> str:
+    """An inline text as it is, or "\\x1e<id>" looked up in StringIds ('' where absent)."""
+    if not value.startswith("\x1e"):
+        return value
+    i = int(value[1:])
+    return (strings[i] if 0 <= i < len(strings) else None) or ""
 
 
 def read_nvtx(db: _Db, strings: np.ndarray, thread_names: dict, notes: list) -> pd.DataFrame:
