@@ -147,12 +147,12 @@ def _one_scan(db: _Db, strings: np.ndarray, t: str, pp: list, se: list, cols: se
     cats = np.array([_resolve(u, strings) for u in uniq], dtype=object)
     name = pd.Categorical.from_codes(codes, categories=pd.Index(cats, dtype=object)) \
         if len(set(cats)) == len(cats) else cats[codes]
-    domain = np.full(n, "", dtype=object)
-    if dmap:
-        keys = pd.MultiIndex.from_arrays([(c["dp"] >> 24) - 1, c["dp"] & _TID_MASK])
-        ser = pd.Series(list(dmap.values()), index=pd.MultiIndex.from_tuples(list(dmap.keys())), dtype=object)
-        domain = np.array(ser.reindex(keys).to_numpy(dtype=object), dtype=object)
-        domain[pd.isna(domain)] = ""
+    domain = pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=pd.Index([""], dtype=object))
+    if dmap:  # one lookup per distinct (domain id, process), not per range
+        uniq_dp, inv = np.unique(c["dp"], return_inverse=True)
+        names_dp = [dmap.get((int(v >> 24) - 1, int(v & _TID_MASK)), "") for v in uniq_dp]
+        dcodes, dcats = pd.factorize(pd.Index(names_dp, dtype=object))
+        domain = pd.Categorical.from_codes(dcodes[inv], categories=dcats)
     style = pd.Categorical.from_codes((packed >> 40).astype(np.int8), categories=["PushPop", "StartEnd"])
     return pd.DataFrame({"name": name, "domain": domain, "style": style, "duration_ns": packed & (2**40 - 1)})
 

@@ -51,7 +51,10 @@ def nvtx_summary(rep) -> pd.DataFrame:
     sorted by total time, descending.
     """
     if "nvtx" not in rep._frames and rep._db is not None:
-        df = range_durations(rep._db, rep._strings)  # one grouped query: no nesting, no payloads
+        df = range_durations(rep._db, rep._strings)  # durations only: no nesting, no payloads
+        out = _coded_nvtx_summary(df)
+        if out is not None:
+            return out[["name", "domain", "style"] + SUMMARY_COLUMNS[1:]]
     else:
         r = rep.nvtx[rep.nvtx["kind"] != "mark"]
         style = np.where(r["kind"].to_numpy() == "start_end", "StartEnd", "PushPop")
@@ -128,11 +131,22 @@ def _packed_summary(rep, t: str, key: str, where: str = "", label=None) -> pd.Da
         packed = np.sort(parse_ints(joined or ""))
     except ValueError:  # not integers: the frame path reads the table and says what is wrong
         return None
-    ids, dur = packed >> _DUR_BITS, packed & (2**_DUR_BITS - 1)
     # a negative duration or a NULL id makes a packed value negative, a duration of 2**40 ns or more
     # loses bits (so the decoded total falls short): either way the frame path takes over
-    if len(packed) != n or packed[0] < 0 or int(dur.sum()) != want:
+    if len(packed) != n or packed[0] < 0 or int((packed & (2**_DUR_BITS - 1)).sum()) != want:
         return None
+    ids, out = _sorted_run_stats(packed)
+    names = _lookup(rep._strings, ids)
+    if label is not None:
+        names = np.array([label(x) for x in names], dtype=object)
+    out.insert(0, "name", names)
+    return out.sort_values("total_ns", ascending=False, kind="stable", ignore_index=True)[SUMMARY_COLUMNS]
+
+
+def _sorted_run_stats(packed: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:
+    """Statistics per key of sorted ``(key << 40) | duration`` integers, as nsys computes them:
+    the keys, and instances, total/avg/med/min/max/stddev (sample) ns and time_pct per key."""
+    ids, dur = packed >> _DUR_BITS, packed & (2**_DUR_BITS - 1)
     first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
     count = np.diff(np.r_[first, len(ids)])
     total = np.add.reduceat(dur, first)
@@ -140,15 +154,36 @@ def _packed_summary(rep, t: str, key: str, where: str = "", label=None) -> pd.Da
     dev = dur - np.repeat(mean, count)
     std = np.sqrt(np.add.reduceat(dev * dev, first) / np.maximum(count - 1, 1))
     med = (dur[first + (count - 1) // 2] + dur[first + count // 2]) / 2
-    names = _lookup(rep._strings, ids[first])
-    if label is not None:
-        names = np.array([label(x) for x in names], dtype=object)
-    out = pd.DataFrame({"name": names, "instances": count.astype(np.int64),
-                        "total_ns": total.astype(np.int64), "avg_ns": mean, "med_ns": med,
-                        "min_ns": dur[first], "max_ns": dur[first + count - 1],
+    out = pd.DataFrame({"instances": count.astype(np.int64), "total_ns": total.astype(np.int64), "avg_ns": mean,
+                        "med_ns": med, "min_ns": dur[first], "max_ns": dur[first + count - 1],
                         "stddev_ns": np.where(count > 1, std, 0.0)})
     out["time_pct"] = out["total_ns"] * 100.0 / total.sum()
-    return out.sort_values("total_ns", ascending=False, kind="stable", ignore_index=True)[SUMMARY_COLUMNS]
+    return ids[first], out
+
+
+def _coded_nvtx_summary(df: pd.DataFrame) -> pd.DataFrame | None:
+    """nvtx_summary of a large export's ranges (categorical name, domain, style): one integer code per
+    (domain, name, style) packed with the duration, sorted once. None where the codes do not fit."""
+    cols = [df[c] for c in ("domain", "name", "style")]
+    if not all(isinstance(c.dtype, pd.CategoricalDtype) for c in cols) or not len(df):
+        return None
+    sizes = [len(c.cat.categories) for c in cols]
+    if sizes[0] * sizes[1] * sizes[2] >= 2**(62 - _DUR_BITS):
+        return None
+    dur = df["duration_ns"].to_numpy()
+    if dur.min() < 0 or dur.max() >= 2**_DUR_BITS:
+        return None
+    code = (cols[0].cat.codes.to_numpy(np.int64) * sizes[1] + cols[1].cat.codes.to_numpy(np.int64)) * sizes[2] \
+        + cols[2].cat.codes.to_numpy(np.int64)
+    keys, out = _sorted_run_stats(np.sort((code << _DUR_BITS) | dur))
+    cats = [np.asarray(c.cat.categories, dtype=object) for c in cols]
+    out.insert(0, "style", cats[2][keys % sizes[2]])
+    out.insert(0, "domain", cats[0][keys // sizes[2] // sizes[1]])
+    out.insert(0, "name", cats[1][keys // sizes[2] % sizes[1]])
+    out = out.sort_values("total_ns", ascending=False, kind="stable", ignore_index=True)
+    for k in ("name", "domain", "style"):
+        out[k] = out[k].astype(str)
+    return out
 
 
 @windowed
