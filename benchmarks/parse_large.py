@@ -26,10 +26,15 @@ FILE --what nvtx,kernels --csv`` against the same ``nsys stats``), best of 3 eac
     python benchmarks/parse_large.py [--shape both|gputest|llama] [--copies N] [--out FILE]
         [--rebuild] [--no-nsys] [--no-projection] [--nsys-timeout 600]
 
-Seen on the 2-core CPU box (2026-11-23 23:51 UTC, Debian nsys 2022.4.2.1, load average 2.2):
-labkit load 0.02 s, nvtx_summary 0.26 s, kernel_summary 0.46 s, gpu_projection 5.6 s; nsys stats
-nvtxsum 0.3 s, gpukernsum 2.6 s, gpumemtimesum 0.3 s, nvtxgpuproj not finished in 600 s. Summaries
-4.2x faster than nsys stats (0.61 s against 2.58 s, wall and cpu alike); projection more than 107x.
+Seen on the 2-core CPU box (2026-11-24 12:40 UTC, Debian nsys 2022.4.2.1, load average 4-8 from
+other jobs; `--no-projection`), best of 3 alternating:
+gputest (1.4M kernels, 200k ranges): warm 0.86 s against 4.63 s wall (5.4x; cpu 0.47 s against 2.57 s,
+5.5x); whole processes 0.91 s against 2.36 s (2.6x).
+llama (1.0M kernels, 1.04M nested ranges): warm 0.92 s against 3.09 s wall (3.4x; cpu 0.90 s against
+2.92 s, 3.2x); whole processes 1.75 s against 3.38 s (1.9x; 2.0x and 2.3x in two earlier runs): the
+labkit process spends about 0.45 s importing pandas and numpy.
+Round 1 (2026-11-23 23:51 UTC, gputest shape with projection): gpu_projection 5.6 s, nvtxgpuproj
+not finished in 600 s: projection more than 107x.
 """
 from __future__ import annotations
 
