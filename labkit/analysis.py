@@ -263,8 +263,13 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     if pay.notna().any():
         # steady state: the span of the batch-indexed ranges past warm-up, and every range inside
         # it (setup such as an engine build happens before and says nothing about throughput)
+        # it starts when the last warm-up batch has left the pipeline (queued stages run ahead)
         steady = pp[pay.notna() & (pay >= warmup)]
+        allpay = nv.loc[ranges, "payload"].astype("float64")
+        warm = nv[ranges][allpay.notna() & (allpay < warmup)]
         w0, w1 = (int(steady["start_ns"].min()), int(steady["end_ns"].max())) if len(steady) else (0, 0)
+        if len(warm) and len(steady):
+            w0 = max(w0, int(warm["end_ns"].max()))
         pp = pp[(pp["start_ns"] >= w0) & (pp["end_ns"] <= w1) & ~(pay.notna() & (pay < warmup))]
     else:
         w0, w1 = (int(pp["start_ns"].min()), int(pp["end_ns"].max())) if len(pp) else (0, 0)
