@@ -286,12 +286,18 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     # envelopes such as "main" or "run" span most of the run and hold the work of others; a long
     # range with nothing nested in it is the work itself
     envelope = (work["duration_ns"] >= 0.5 * wall_ns) & work.index.isin(child.index)
-    work = work[~work["wait"] & ~envelope]
+    # a start/end range ended on another thread is a span across threads, not one thread's work
+    egt = work["end_global_tid"].astype("float64") if "end_global_tid" in work.columns else None
+    crossed = (work["kind"] != "push_pop") & egt.notna() & (egt >= 0) & (egt != work["global_tid"]) \
+        if egt is not None else False
+    work = work[~work["wait"] & ~envelope & ~crossed]
     tname = work["thread_name"].fillna("").astype(str)
     tid_s = work["tid"].astype(str)
     work = work.assign(thread=np.where(tname != "", tname + " (tid " + tid_s + ")", "tid " + tid_s))
     per = work.groupby(["global_tid", "thread", "tid", "stage", "domain"], sort=False)["self_ns"].sum().reset_index()
-    busy = per.groupby("global_tid")["self_ns"].sum()
+    # a thread's busy time: the union of its work ranges (start/end ranges may overlap on one thread)
+    busy = pd.Series({g: int(np.sum(np.subtract(*busy_intervals(w["start_ns"].to_numpy(), w["end_ns"].to_numpy())[::-1])))
+                      for g, w in work.groupby("global_tid", sort=False)}, dtype="int64")
     per["thread_busy_frac"] = per["global_tid"].map(busy) / wall_ns
     per["self_ms"] = per["self_ns"] / 1e6
     per = per.sort_values("self_ns", ascending=False, ignore_index=True)
