@@ -80,7 +80,7 @@ class Evidence:
             self.window = (start or int(r["start_ns"].min()), int(r["end_ns"].max())) if len(r) else (0, 0)
             self.where = f"the steady state past warm-up batch {warmup}"
         else:
-            self.window = analysis._trace_span(rep)
+            self.window = analysis.trace_span(rep)
             self.where = "the whole trace (no range carries a batch index, so no warm-up is left out)"
         self.wall_ms = (self.window[1] - self.window[0]) / 1e6
         t = analysis.bottleneck(rep, warmup=warmup).table

@@ -244,12 +244,13 @@ def _is_wait(name: str) -> bool:
 def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     """Name the stage and the thread that bound throughput.
 
-    Where ranges carry batch indices (payloads), only those past ``warmup`` count, and the wall
-    span is theirs. The busiest thread is the one whose work (ranges, minus waiting ranges such as
+    With ``warmup``, where ranges carry batch indices (payloads), only those past it count, the
+    wall span is theirs and it starts when the last warm-up batch has left the pipeline; without,
+    every range counts over the span of all (as in :func:`stage_table`). The busiest thread is the one whose work (ranges, minus waiting ranges such as
     ``wait``/``queue``/``sync``, counted once where nested: self time) covers the largest share of
     the wall span; its stage with the most self time is the bottleneck. A range over half the span
-    that holds other ranges is an envelope (``main``, ``run``) and left out; one that holds none
-    is the work itself and counts. Stages in different NVTX domains stay apart (``domain:name``).
+    during which other ranges (of any thread) ran is an envelope (``main``, ``run``) and left
+    out; one with no range inside it is the deepest range, the work itself, and counts. Stages in different NVTX domains stay apart (``domain:name``).
     The GPU is named only when kernels kept the SMs busier than any thread was busy; copy-engine
     time is reported apart (``copy_busy_frac``) and never counts as GPU busy.
 
@@ -260,7 +261,7 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     ranges = nv["kind"] != "mark"  # push/pop and start/end (a start/end range counts on the thread that opened it)
     pp = nv[ranges & ~_warmup_mask(nv, warmup)] if warmup else nv[ranges]
     pay = pp["payload"].astype("float64")
-    if pay.notna().any():
+    if warmup and pay.notna().any():
         # steady state: the span of the batch-indexed ranges past warm-up, and every range inside
         # it (setup such as an engine build happens before and says nothing about throughput)
         # it starts when the last warm-up batch has left the pipeline (queued stages run ahead)
@@ -285,7 +286,10 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
                      stage=stage_labels(pp).to_numpy(), domain=domains(pp).to_numpy())
     # envelopes such as "main" or "run" span most of the run and hold the work of others; a long
     # range with nothing nested in it is the work itself
-    envelope = (work["duration_ns"] >= 0.5 * wall_ns) & work.index.isin(child.index)
+    long = work.index[work["duration_ns"] >= 0.5 * wall_ns]
+    st, en = work["start_ns"].to_numpy(), work["end_ns"].to_numpy()
+    holds = [int(((st >= work.at[i, "start_ns"]) & (en <= work.at[i, "end_ns"])).sum()) > 1 for i in long]
+    envelope = work.index.isin([i for i, h in zip(long, holds) if h])
     # a start/end range ended on another thread is a span across threads, not one thread's work
     egt = work["end_global_tid"].astype("float64") if "end_global_tid" in work.columns else None
     crossed = (work["kind"] != "push_pop") & egt.notna() & (egt >= 0) & (egt != work["global_tid"]) \
@@ -338,7 +342,7 @@ def _stage_rows(rep, names, warmup: int) -> pd.DataFrame:
     return r
 
 
-def _trace_span(rep) -> tuple[int, int]:
+def trace_span(rep) -> tuple[int, int]:
     """First start to last end over NVTX ranges, CUDA calls and GPU operations."""
     lo, hi = [], []
     for f in (rep.nvtx, rep.cuda_api, rep.gpu_ops()):
@@ -368,7 +372,7 @@ def steady_window(rep, *, stage: str | None = "infer", warmup: int = 0, count: i
         counts = top["name"].value_counts() if len(top) else pd.Series(dtype="int64")
         repeated = counts.index[counts > 1]
         if len(repeated) == 0:
-            return _trace_span(rep)
+            return trace_span(rep)
         stage = str(top[top["name"].isin(repeated)].groupby("name")["duration_ns"].sum().idxmax())
     r = _stage_rows(rep, [stage], warmup)
     if len(r) == 0:
