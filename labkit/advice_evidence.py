@@ -70,8 +70,8 @@ class Evidence:
         lab = analysis.stage_labels(nv) if len(nv) else pd.Series(dtype=object)
         r = nv[(nv["kind"] != "mark") & (lab.isin(self.stages) | nv["name"].isin(self.stages))] if len(nv) else nv
         pay = r["payload"].astype("float64") if len(r) else pd.Series(dtype="float64")
-        self.batches = 0
-        if pay.notna().any():  # batch-indexed ranges: the steady state past the warm-up
+        self.batches = int(r.loc[pay.notna(), "payload"].nunique()) if len(r) else 0
+        if warmup and pay.notna().any():  # batch-indexed ranges: the steady state past the warm-up
             warm = r[pay.notna() & (pay < warmup)]
             r = r[pay.notna() & (pay >= warmup)]
             self.batches = int(r["payload"].nunique())
@@ -81,7 +81,8 @@ class Evidence:
             self.where = f"the steady state past warm-up batch {warmup}"
         else:
             self.window = analysis.trace_span(rep)
-            self.where = "the whole trace (no range carries a batch index, so no warm-up is left out)"
+            self.where = ("the whole trace (no warm-up left out: warmup=0)" if pay.notna().any() else
+                          "the whole trace (no range carries a batch index, so no warm-up is left out)")
         self.wall_ms = (self.window[1] - self.window[0]) / 1e6
         t = analysis.bottleneck(rep, warmup=warmup).table
         name = [s[len(d) + 1:] if d else s for s, d in zip(t["stage"], t["domain"])]

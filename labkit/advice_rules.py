@@ -67,7 +67,7 @@ def dominant(ev: Evidence) -> list[dict]:
     k = ev.skip_every
     change = ev.load[ev.load["stage"].isin(group)].assign(ms=lambda d: -d["ms"] * (k - 1) / k)
     out.append(row("skip_work", f"Stage '{stage}' could run on fewer items", text + f"; run on 1 item in {k}, "
-                   f"{', '.join(group)} lose {k - 1}/{k} of their time",
+                   f"{', '.join(group)} would take 1/{k} of their time",
                    "skip_work", ev.bound(change), "estimate",
                    f"the stages {', '.join(group)} run on 1 item in {k} (K={k}) at their measured time per item; "
                    f"{STAGE_TIMES}", stage))
