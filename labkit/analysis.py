@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from labkit.idle import (busy_before, busy_in, busy_intervals, engine_busy, gpu_idle_breakdown, gpu_idle_gaps,
+from labkit.idle import (busy_in, busy_intervals, engine_busy, gpu_idle_breakdown, gpu_idle_gaps,
                          gpu_utilization)
 from labkit.summaries import gpu_projection
 
