@@ -19,7 +19,7 @@ __all__ = ["busy_intervals", "gpu_utilization", "gpu_idle_gaps", "gpu_idle_break
 
 SM_KINDS = ("kernel", "graph")
 COPY_KINDS = ("memcpy", "memset")
-SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent",
+SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
               "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cudaThreadSynchronize")
 """CUDA API calls whose purpose is to wait for the GPU (``nsys analyze``'s cuda_api_sync rule)."""
 
