@@ -16,9 +16,11 @@ run -> report -> DataFrames -> tables, plots, one module per step:
 - windows (``labkit.window``): ``restrict(report, window=(s, e) | within="range")``, ``@windowed``
 - two reports: ``compare(a, b)`` (per range, kernel, CUDA API: counts, totals, deltas), ``plot_compare``
 - analyses (each takes the Report): ``stage_table``, ``batches``, ``gpu_utilization``,
-  ``gpu_idle_gaps``, ``bottleneck``, ``steady_window``, ``stage_overlap``, ``copy_table``,
-  ``pageable_copies``; ``labkit.analysis.busy_intervals`` merges intervals
-- advice (takes the Report): ``advise`` (findings, levers, predicted speed-up bounds), ``next_lever``
+  ``gpu_idle_gaps``, ``gpu_idle_breakdown``, ``bottleneck``, ``steady_window``, ``stage_overlap``,
+  ``copy_table``, ``pageable_copies``, ``choose_stages``; ``labkit.analysis.busy_intervals`` merges
+  intervals (SM and copy-engine busy time: ``labkit.idle``)
+- advice (takes the Report): ``advise`` (findings, lever ids of ``labkit.advice.LEVERS`` in general
+  words, predicted speed-ups with their basis and assumptions), ``next_lever``
 - many reports (one per rank): ``load_reports`` -> ``Reports``, ``profile_ranks``, ``plot_rank_timeline``
 - plots: ``plot_timeline``
 - benchmarks: ``bench`` (module), ``Ledger``, ``speedup_table``
@@ -34,8 +36,8 @@ __version__ = "0.1.0"
 
 _SUMMARIES = ("nvtx_summary", "kernel_summary", "memcpy_summary", "gpu_projection", "gpu_projection_summary",
               "cuda_api_summary", "memcpy_size_summary", "osrt_summary")
-_ANALYSES = ("stage_table", "batches", "gpu_utilization", "gpu_idle_gaps", "bottleneck", "steady_window",
-             "stage_overlap", "copy_table", "pageable_copies")
+_ANALYSES = ("stage_table", "batches", "gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown", "bottleneck",
+             "steady_window", "stage_overlap", "copy_table", "pageable_copies", "choose_stages")
 _LAZY = {
     "load_report": ("labkit.report", "load_report"),
     "Report": ("labkit.report", "Report"),
@@ -60,7 +62,8 @@ _LAZY = {
 }
 _SUBMODULES = {"annotate", "bench", "ledger", "tables", "charts", "nsys", "report", "reader", "reader_nvtx",
                "summaries", "analysis", "advice", "ranks", "ranks_profile", "timeline", "doctor", "env", "errors",
-               "cli", "style", "bench_core", "bench_parallel", "progress", "window", "diff", "reader_cpu"}
+               "cli", "style", "bench_core", "bench_parallel", "progress", "window", "diff", "reader_cpu", "idle",
+               "advice_rules", "advice_evidence"}
 
 __all__ = ["profile"] + sorted(_LAZY) + sorted(_SUBMODULES)
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from labkit.idle import (busy_in, busy_intervals, engine_busy, gpu_idle_breakdown, gpu_idle_gaps,
+                         gpu_utilization)
 from labkit.summaries import gpu_projection
 
 __all__ = [
@@ -26,6 +28,8 @@ __all__ = [
     "batches",
     "gpu_utilization",
     "gpu_idle_gaps",
+    "gpu_idle_breakdown",
+    "choose_stages",
     "bottleneck",
     "Bottleneck",
     "pageable_copies",
@@ -67,14 +71,61 @@ def _wall_ns(rep) -> int:
     return int(rep.meta.get("duration_ns") or 0)
 
 
+def domains(nv: pd.DataFrame) -> pd.Series:
+    """Each row's NVTX domain ('' for the default domain, and for all rows of a frame without one)."""
+    if "domain" in nv.columns:
+        return nv["domain"].fillna("").astype(str)
+    return pd.Series("", index=nv.index, dtype=object)
+
+
+def stage_labels(nv: pd.DataFrame) -> pd.Series:
+    """A range's stage label: its name, prefixed ``domain:`` outside the default domain."""
+    d = domains(nv)
+    return pd.Series(np.where(d != "", d + ":" + nv["name"].astype(str), nv["name"].astype(str)), index=nv.index)
+
+
+def choose_stages(rep) -> tuple[tuple[str, ...], str]:
+    """A program's stages and how they were chosen, without knowing the program.
+
+    In order: the ranges that carry an ``items`` mark (:mod:`labkit.annotate`'s convention);
+    otherwise the ranges nested directly in the outermost repeated range (a loop's iteration),
+    by name; otherwise the top-level ranges. Returns (stage labels, a sentence saying which rule
+    chose them); labels carry ``domain:`` outside the default domain (:func:`stage_labels`).
+    """
+    nv = rep.nvtx
+    if len(nv) == 0:
+        return (), "no NVTX ranges in this report"
+    labels = stage_labels(nv)
+    items = _items_per_range(nv)
+    ranges = (nv["kind"] != "mark").to_numpy()
+    marked = tuple(dict.fromkeys(labels[ranges & (items > 0)]))
+    if marked:
+        return marked, "stages: the ranges that carry an 'items' mark (labkit.annotate)"
+    r = nv[ranges]
+    if len(r) == 0:
+        return (), "no NVTX ranges in this report (marks only)"
+    lab = labels[r.index]
+    top = r[r["depth"] == 0]
+    counts = lab[top.index].value_counts()
+    for name in sorted(counts.index[counts > 1], key=lambda n: -float(top.loc[lab[top.index] == n, "duration_ns"].sum())):
+        inst = top.index[lab[top.index] == name]
+        kids = r[r["parent"].isin(inst)]
+        if len(kids):
+            return (tuple(dict.fromkeys(lab[kids.index])),
+                    f"stages: the ranges nested in the outermost repeated range '{name}' ({len(inst)} instances)")
+    return tuple(dict.fromkeys(lab[top.index])), "stages: the top-level NVTX ranges (no repeated range holds others)"
+
+
 def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
-    """Per stage (NVTX range name, push/pop or start/end): CPU time, projected GPU time, items, share of wall.
+    """Per stage (NVTX range name and domain, push/pop or start/end): CPU time, projected GPU time, items, share of wall.
 
     Args:
         stages: range names to include, in this order (default: all, by CPU time).
         warmup: instances whose payload (batch index) is below this are left out, with every
             range nested inside them.
-    Returns: stage, instances, items, cpu_ms, cpu_ms_per_instance, cpu_ms_per_item, gpu_ms
+    Ranges of the same name in different NVTX domains are different stages (one row each).
+
+    Returns: stage, domain ('' for the default domain), instances, items, cpu_ms, cpu_ms_per_instance, cpu_ms_per_item, gpu_ms
         (projected: first to last GPU op launched inside each instance, summed), gpu_ms_per_item,
         wall_share (cpu_ms over the wall span of the ranges kept after the warm-up
         filter; above 1 when threads overlap), threads.
@@ -87,18 +138,18 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
     r = r[r["kind"] != "mark"]  # push/pop and start/end ranges alike, as nsys reports them
     wall_ns = int(r["end_ns"].max() - r["start_ns"].min()) if len(r) else 0
     if stages is not None:
-        r = r[r["name"].isin(list(stages))]
-    cols = ["stage", "instances", "items", "cpu_ms", "cpu_ms_per_instance", "cpu_ms_per_item", "gpu_ms",
+        r = r[r["name"].isin(list(stages)) | stage_labels(r).isin(list(stages))]
+    cols = ["stage", "domain", "instances", "items", "cpu_ms", "cpu_ms_per_instance", "cpu_ms_per_item", "gpu_ms",
             "gpu_ms_per_item", "wall_share", "threads"]
     if len(r) == 0:
-        return pd.DataFrame({c: pd.Series(dtype=object if c == "stage" else "float64") for c in cols})
+        return pd.DataFrame({c: pd.Series(dtype=object if c in ("stage", "domain") else "float64") for c in cols})
     proj = gpu_projection(rep)
     gpu = pd.Series(0, index=r.index, dtype="int64")
     if len(proj):
         pj = proj.set_index("nvtx_index")["proj_duration_ns"]
         gpu = pj.reindex(r.index).fillna(0).astype("int64")
-    r = r.assign(gpu_ns=gpu.to_numpy())
-    g = r.groupby("name", sort=False)
+    r = r.assign(gpu_ns=gpu.to_numpy(), domain=domains(r))
+    g = r.groupby(["domain", "name"], sort=False)
     out = pd.DataFrame({
         "instances": g.size(),
         "items": g["items"].sum(),
@@ -113,12 +164,18 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
     wall = wall_ns / 1e6
     out["wall_share"] = out["cpu_ms"] / wall if wall else np.nan
     out = out.reset_index().rename(columns={"name": "stage"})
+    out["domain"] = out["domain"].astype(str)
     if stages is not None:
         order = {s: i for i, s in enumerate(stages)}
-        out = out.sort_values("stage", key=lambda s: s.map(order), ignore_index=True)
+        lab = stage_labels(out.rename(columns={"stage": "name"}))
+        key = lab.map(order).fillna(out["stage"].map(order))
+        out = out.iloc[np.argsort(key.to_numpy(), kind="stable")].reset_index(drop=True)
     else:
         out = out.sort_values("cpu_ms", ascending=False, ignore_index=True)
-    return out[cols]
+    out = out[cols]
+    chosen, how = choose_stages(rep)
+    out.attrs.update(stages=chosen, note=how)
+    return out
 
 
 def batches(rep, *, warmup: int = 0, stages=None) -> pd.DataFrame:
@@ -141,7 +198,10 @@ def batches(rep, *, warmup: int = 0, stages=None) -> pd.DataFrame:
     r = r[r["batch"] >= warmup]
     base = ["batch", "start_ns", "end_ns", "wall_ms", "items", "ms_per_item"]
     if len(r) == 0:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in base})
+        out = pd.DataFrame({c: pd.Series(dtype="float64") for c in base})
+        out.attrs["note"] = ("no NVTX range carries a batch index (payload) past the warm-up: batches needs "
+                             "ranges with an integer payload, as labkit.annotate.range(name, batch) emits")
+        return out
     g = r.groupby("batch")
     out = pd.DataFrame({"start_ns": g["start_ns"].min(), "end_ns": g["end_ns"].max(), "items": g["items"].max()})
     out["wall_ms"] = (out["end_ns"] - out["start_ns"]) / 1e6
@@ -150,91 +210,9 @@ def batches(rep, *, warmup: int = 0, stages=None) -> pd.DataFrame:
     order = stages if stages is not None else list(dict.fromkeys(r["name"]))
     wide = wide[[s for s in order if s in wide.columns]]
     wide.columns = [f"{c}_ms" for c in wide.columns]
-    out = out.join(wide).reset_index()
-    return out[base + list(wide.columns)]
-
-
-# ----------------------------------------------------------------------------- GPU busy time
-def busy_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals as sorted, disjoint (start, end) arrays (vectorized merge)."""
-    if len(starts) == 0:
-        return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
-    o = np.argsort(starts, kind="stable")
-    s, e = starts[o], ends[o]
-    run_end = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > run_end[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:], len(s)) - 1
-    return s[first], run_end[last]
-
-
-def _busy_before(ms: np.ndarray, me: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Busy time in [-inf, t) of disjoint sorted intervals, for each t (vectorized)."""
-    cum = np.concatenate([[0], np.cumsum(me - ms)])
-    k = np.searchsorted(ms, t, side="right")  # intervals started before t
-    partial = np.where(k > 0, np.minimum(t, me[np.maximum(k - 1, 0)]) - ms[np.maximum(k - 1, 0)], 0)
-    return cum[np.maximum(k - 1, 0)] * (k > 0) + np.maximum(partial, 0)
-
-
-def gpu_utilization(rep, *, bin_ms: float = 10.0, device_id: int | None = None, window=None) -> pd.DataFrame:
-    """Fraction of each time bin with at least one GPU operation running.
-
-    Args:
-        bin_ms: bin width in ms.
-        device_id: one GPU only (default: all together).
-        window: (start_ns, end_ns) to cover (default: the trace span of NVTX and GPU work).
-    Returns: start_ns, end_ns, busy_ns, idle_ns, busy_frac per bin.
-    """
-    ops = rep.gpu_ops() if device_id is not None else rep.gpu_arrays()
-    if device_id is not None:
-        ops = ops[ops["device_id"] == device_id]
-    cols = ["start_ns", "end_ns", "busy_ns", "idle_ns", "busy_frac"]
-    ms, me = busy_intervals(np.asarray(ops["start_ns"]), np.asarray(ops["end_ns"]))
-    if window is None:
-        starts = [v for v in (ms.min() if len(ms) else None, rep.nvtx["start_ns"].min() if len(rep.nvtx) else None)
-                  if v is not None]
-        ends = [v for v in (me.max() if len(me) else None, rep.nvtx["end_ns"].max() if len(rep.nvtx) else None)
-                if v is not None]
-        if not starts:
-            return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
-        window = (int(min(starts)), int(max(ends)))
-    w0, w1 = int(window[0]), int(window[1])
-    step = max(int(bin_ms * 1e6), 1)
-    edges = np.arange(w0, w1 + step, step, dtype=np.int64)
-    if len(edges) < 2:
-        edges = np.array([w0, w0 + step], dtype=np.int64)
-    b = _busy_before(ms, me, edges) if len(ms) else np.zeros(len(edges), dtype=np.int64)
-    busy = np.diff(b)
-    width = np.diff(edges)
-    return pd.DataFrame({"start_ns": edges[:-1], "end_ns": edges[1:], "busy_ns": busy.astype(np.int64),
-                         "idle_ns": (width - busy).astype(np.int64), "busy_frac": busy / width})
-
-
-def gpu_idle_gaps(rep, *, min_gap_ms: float = 1.0, device_id: int | None = None) -> pd.DataFrame:
-    """Gaps between GPU operations (all streams together) of at least ``min_gap_ms``.
-
-    Returns: start_ns, end_ns, duration_ns, before (name of the op that ended the busy stretch),
-    after (the op that started the next), sorted by duration, longest first.
-    """
-    ops = rep.gpu_ops()
-    if device_id is not None:
-        ops = ops[ops["device_id"] == device_id]
-    ms, me = busy_intervals(ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy())
-    cols = ["start_ns", "end_ns", "duration_ns", "before", "after"]
-    if len(ms) < 2:
-        return pd.DataFrame({c: pd.Series(dtype=object if c in ("before", "after") else "int64") for c in cols})
-    gs, ge = me[:-1], ms[1:]
-    keep = (ge - gs) >= min_gap_ms * 1e6
-    gs, ge = gs[keep], ge[keep]
-    s = ops["start_ns"].to_numpy()
-    e_order = np.argsort(ops["end_ns"].to_numpy(), kind="stable")
-    e_sorted = ops["end_ns"].to_numpy()[e_order]
-    names = ops["name"].to_numpy()
-    before = names[e_order[np.clip(np.searchsorted(e_sorted, gs, side="right") - 1, 0, len(ops) - 1)]]
-    after = names[np.clip(np.searchsorted(s, ge, side="left"), 0, len(ops) - 1)]
-    out = pd.DataFrame({"start_ns": gs, "end_ns": ge, "duration_ns": ge - gs, "before": before, "after": after})
-    return out.sort_values("duration_ns", ascending=False, ignore_index=True)
+    out = out.join(wide).reset_index()[base + list(wide.columns)]
+    out.attrs["note"] = f"{len(out)} batches: NVTX ranges grouped by their payload (batch index)"
+    return out
 
 
 # ----------------------------------------------------------------------------- bottleneck
@@ -251,6 +229,8 @@ class Bottleneck:
     wall_ms: float
     gpu_busy_frac: float
     table: pd.DataFrame
+    copy_busy_frac: float = 0.0
+    gpu_bound: bool = False
 
     def __str__(self) -> str:
         return self.sentence
@@ -264,69 +244,92 @@ def _is_wait(name: str) -> bool:
 def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     """Name the stage and the thread that bound throughput.
 
-    Where ranges carry batch indices (payloads), only those past ``warmup`` count, and the wall
-    span is theirs. The busiest thread is the one whose work (ranges, minus waiting ranges such as
-    ``wait``/``queue``/``sync``, counted once where nested) covers the largest share of the wall
-    span; its stage with the most self time (own time minus nested ranges) is the bottleneck.
-    When the GPU was busier than any thread, the GPU is named instead.
+    With ``warmup``, where ranges carry batch indices (payloads), only those past it count, the
+    wall span is theirs and it starts when the last warm-up batch has left the pipeline; without,
+    every range counts over the span of all (as in :func:`stage_table`). The busiest thread is the one whose work (ranges, minus waiting ranges such as
+    ``wait``/``queue``/``sync``, counted once where nested: self time) covers the largest share of
+    the wall span; its stage with the most self time is the bottleneck. A range over half the span
+    during which other ranges (of any thread) ran is an envelope (``main``, ``run``) and left
+    out; one with no range inside it is the deepest range, the work itself, and counts. Stages in different NVTX domains stay apart (``domain:name``).
+    The GPU is named only when kernels kept the SMs busier than any thread was busy; copy-engine
+    time is reported apart (``copy_busy_frac``) and never counts as GPU busy.
 
     Returns: :class:`Bottleneck` (``str()`` is a sentence with the numbers; ``table`` has per
-    thread and stage: self_ms, busy share).
+    thread and stage: thread, tid, stage, domain, self_ms, thread_busy_frac).
     """
     nv = rep.nvtx
     ranges = nv["kind"] != "mark"  # push/pop and start/end (a start/end range counts on the thread that opened it)
     pp = nv[ranges & ~_warmup_mask(nv, warmup)] if warmup else nv[ranges]
     pay = pp["payload"].astype("float64")
-    if pay.notna().any():
+    if warmup and pay.notna().any():
         # steady state: the span of the batch-indexed ranges past warm-up, and every range inside
         # it (setup such as an engine build happens before and says nothing about throughput)
+        # it starts when the last warm-up batch has left the pipeline (queued stages run ahead)
         steady = pp[pay.notna() & (pay >= warmup)]
+        allpay = nv.loc[ranges, "payload"].astype("float64")
+        warm = nv[ranges][allpay.notna() & (allpay < warmup)]
         w0, w1 = (int(steady["start_ns"].min()), int(steady["end_ns"].max())) if len(steady) else (0, 0)
+        if len(warm) and len(steady):
+            w0 = max(w0, int(warm["end_ns"].max()))
         pp = pp[(pp["start_ns"] >= w0) & (pp["end_ns"] <= w1) & ~(pay.notna() & (pay < warmup))]
     else:
         w0, w1 = (int(pp["start_ns"].min()), int(pp["end_ns"].max())) if len(pp) else (0, 0)
     wall_ns = w1 - w0
-    empty = pd.DataFrame(columns=["thread", "tid", "stage", "self_ms", "thread_busy_frac"])
+    empty = pd.DataFrame(columns=["thread", "tid", "stage", "domain", "self_ms", "thread_busy_frac"])
     if len(pp) == 0 or wall_ns <= 0:
         return Bottleneck("No NVTX ranges in this report: annotate the stages (labkit.annotate) and profile again.",
                           None, None, None, 0.0, 0.0, wall_ns / 1e6, 0.0, empty)
     # self time: own duration minus direct children's durations
     child = pp[pp["parent"] >= 0].groupby("parent")["duration_ns"].sum()
     self_ns = pp["duration_ns"] - child.reindex(pp.index).fillna(0).to_numpy()
-    work = pp.assign(self_ns=self_ns.to_numpy(), wait=pp["name"].map(_is_wait).to_numpy())
-    # envelopes such as "main" or "run" span most of the run and only wait for other threads
-    work = work[~work["wait"] & (work["duration_ns"] < 0.5 * wall_ns)]
+    work = pp.assign(self_ns=self_ns.to_numpy(), wait=pp["name"].map(_is_wait).to_numpy(),
+                     stage=stage_labels(pp).to_numpy(), domain=domains(pp).to_numpy())
+    # envelopes such as "main" or "run" span most of the run and hold the work of others; a long
+    # range with nothing nested in it is the work itself
+    long = work.index[work["duration_ns"] >= 0.5 * wall_ns]
+    st, en = work["start_ns"].to_numpy(), work["end_ns"].to_numpy()
+    holds = [int(((st >= work.at[i, "start_ns"]) & (en <= work.at[i, "end_ns"])).sum()) > 1 for i in long]
+    envelope = work.index.isin([i for i, h in zip(long, holds) if h])
+    # a start/end range ended on another thread is a span across threads, not one thread's work
+    egt = work["end_global_tid"].astype("float64") if "end_global_tid" in work.columns else None
+    crossed = (work["kind"] != "push_pop") & egt.notna() & (egt >= 0) & (egt != work["global_tid"]) \
+        if egt is not None else False
+    work = work[~work["wait"] & ~envelope & ~crossed]
     tname = work["thread_name"].fillna("").astype(str)
     tid_s = work["tid"].astype(str)
     work = work.assign(thread=np.where(tname != "", tname + " (tid " + tid_s + ")", "tid " + tid_s))
-    per = work.groupby(["global_tid", "thread", "tid", "name"], sort=False)["self_ns"].sum().reset_index()
-    busy = per.groupby("global_tid")["self_ns"].sum()
+    per = work.groupby(["global_tid", "thread", "tid", "stage", "domain"], sort=False)["self_ns"].sum().reset_index()
+    # a thread's busy time: the union of its work ranges (start/end ranges may overlap on one thread)
+    busy = pd.Series({g: int(np.sum(np.subtract(*busy_intervals(w["start_ns"].to_numpy(), w["end_ns"].to_numpy())[::-1])))
+                      for g, w in work.groupby("global_tid", sort=False)}, dtype="int64")
     per["thread_busy_frac"] = per["global_tid"].map(busy) / wall_ns
     per["self_ms"] = per["self_ns"] / 1e6
     per = per.sort_values("self_ns", ascending=False, ignore_index=True)
-    table = per[["thread", "tid", "name", "self_ms", "thread_busy_frac"]].rename(columns={"name": "stage"})
-    ops = rep.gpu_arrays()
-    ms, me = busy_intervals(ops["start_ns"], ops["end_ns"])
-    gpu_frac = 0.0
-    if len(ms):
-        b = _busy_before(ms, me, np.array([w0, w1], dtype=np.int64))
-        gpu_frac = float((b[1] - b[0]) / wall_ns)
+    table = per[["thread", "tid", "stage", "domain", "self_ms", "thread_busy_frac"]]
+    sm, se = engine_busy(rep, "sm")
+    cs, ce = engine_busy(rep, "copy")
+    gpu_frac = busy_in(sm, se, w0, w1) / wall_ns
+    copy_frac = busy_in(cs, ce, w0, w1) / wall_ns
+    wall_ms = wall_ns / 1e6
+    copies = f"; copies kept the copy engines busy {copy_frac:.0%} (apart: not GPU busy)" if copy_frac else ""
     if len(per) == 0:
-        return Bottleneck("Only waiting ranges were found; no stage did measurable work.", None, None, None,
-                          0.0, 0.0, wall_ns / 1e6, gpu_frac, table)
+        return Bottleneck("Only waiting ranges or envelopes were found; no stage did measurable work"
+                          f" (SM busy {gpu_frac:.0%}{copies}).", None, None, None,
+                          0.0, 0.0, wall_ms, gpu_frac, table, copy_frac, False)
     top_tid = busy.idxmax()
     frac = float(busy.max() / wall_ns)
     row = per[per["global_tid"] == top_tid].iloc[0]
-    wall_ms = wall_ns / 1e6
-    if gpu_frac > frac:
-        sentence = (f"The GPU bound throughput: busy {gpu_frac:.0%} of {wall_ms:.1f} ms, more than any thread "
-                    f"(busiest: {row['thread']} at {frac:.0%}, mostly '{row['name']}').")
+    gpu_bound = gpu_frac > frac
+    if gpu_bound:
+        sentence = (f"The GPU bound throughput: kernels kept the SMs busy {gpu_frac:.0%} of {wall_ms:.1f} ms, more "
+                    f"than any thread was busy (busiest: {row['thread']} at {frac:.0%}, mostly '{row['stage']}')"
+                    f"{copies}.")
     else:
-        sentence = (f"Stage '{row['name']}' on thread {row['thread']} bound throughput: that thread was busy "
-                    f"{frac:.0%} of {wall_ms:.1f} ms, '{row['name']}' itself {row['self_ns'] / 1e6:.1f} ms "
-                    f"({row['self_ns'] / wall_ns:.0%}); GPU busy {gpu_frac:.0%}.")
-    return Bottleneck(sentence, str(row["name"]), str(row["thread"]), int(row["tid"]), frac,
-                      float(row["self_ns"] / 1e6), wall_ms, gpu_frac, table)
+        sentence = (f"Stage '{row['stage']}' on thread {row['thread']} bound throughput: that thread was busy "
+                    f"{frac:.0%} of {wall_ms:.1f} ms, '{row['stage']}' itself {row['self_ns'] / 1e6:.1f} ms "
+                    f"({row['self_ns'] / wall_ns:.0%}); SM busy {gpu_frac:.0%}{copies}.")
+    return Bottleneck(sentence, str(row["stage"]), str(row["thread"]), int(row["tid"]), frac,
+                      float(row["self_ns"] / 1e6), wall_ms, gpu_frac, table, copy_frac, gpu_bound)
 
 
 # ----------------------------------------------------------------------------- copies
@@ -339,17 +342,41 @@ def _stage_rows(rep, names, warmup: int) -> pd.DataFrame:
     return r
 
 
-def steady_window(rep, *, stage: str = "infer", warmup: int = 0, count: int = 3) -> tuple[int, int]:
-    """(start_ns, end_ns) of a window about ``count`` batches wide, past the warm-up.
+def trace_span(rep) -> tuple[int, int]:
+    """First start to last end over NVTX ranges, CUDA calls and GPU operations."""
+    lo, hi = [], []
+    for f in (rep.nvtx, rep.cuda_api, rep.gpu_ops()):
+        if len(f):
+            lo.append(int(f["start_ns"].min()))
+            hi.append(int(f["end_ns"].max()))
+    return (min(lo), max(hi)) if lo else (0, 0)
+
+
+def steady_window(rep, *, stage: str | None = "infer", warmup: int = 0, count: int = 3) -> tuple[int, int]:
+    """(start_ns, end_ns) of a window about ``count`` iterations wide, past the warm-up.
 
     The window starts half a period before the first ``stage`` range whose payload (batch index)
     is at least ``warmup``, the period being the median time between consecutive ``stage``
     ranges, so it shows that many batches whether the stages run one after another or overlap.
-    For ``plot_timeline(rep, window=...)`` and ``labkit.report.trim_export``.
+    A report with no ``stage`` range at all (any program but the lab's) falls back, as stated
+    here, to its outermost repeated NVTX range (a loop's iteration: the top-level name that
+    repeats with the most time), and with none of those to the whole trace span. For
+    ``plot_timeline(rep, window=...)`` and ``labkit.report.trim_export``.
+
+    Raises: ValueError when ``stage`` ranges exist but none is past the warm-up.
     """
+    nv = rep.nvtx
+    ranges = nv[nv["kind"] != "mark"] if len(nv) else nv
+    if stage is None or not (ranges["name"] == stage).any():
+        top = ranges[ranges["depth"] == 0] if len(ranges) else ranges
+        counts = top["name"].value_counts() if len(top) else pd.Series(dtype="int64")
+        repeated = counts.index[counts > 1]
+        if len(repeated) == 0:
+            return trace_span(rep)
+        stage = str(top[top["name"].isin(repeated)].groupby("name")["duration_ns"].sum().idxmax())
     r = _stage_rows(rep, [stage], warmup)
     if len(r) == 0:
-        raise ValueError(f"no '{stage}' ranges past the warm-up in this report: was it profiled with NVTX?")
+        raise ValueError(f"no '{stage}' ranges past the warm-up in this report: lower warmup (it is {warmup})")
     starts = np.sort(r["start_ns"].to_numpy())
     if len(starts) < 2:
         return int(r["start_ns"].min()), int(r["end_ns"].max())
@@ -400,34 +427,44 @@ def pageable_copies(rep) -> pd.DataFrame:
 
 
 def copy_table(rep, *, warmup: int = 0) -> pd.DataFrame:
-    """Host-device memory copies per direction and kind of host memory, counting only copies
-    whose CUDA call was made inside a batch range (an NVTX range with a payload, on the
-    calling thread) of index ``warmup`` or more: start-up copies (model weights) and warm-up
-    batches are left out, even when a queued stage ran ahead of the others.
+    """Memory copies per direction and kind of host memory.
 
-    Returns: kind, host ('Pinned' or 'Pageable'), copies, mb, kb_per_copy, ms (GPU time of the
-    copies); one row per (kind, host), largest MB first; empty (with these columns) when none.
+    Every copy counts. Where the report has batch ranges (NVTX ranges with a payload: the
+    convention of :mod:`labkit.annotate`), only copies whose CUDA call was made inside one, on the
+    calling thread, of index ``warmup`` or more count: start-up copies (model weights) and warm-up
+    batches are left out. ``attrs["note"]`` says which rule counted, or why the frame is empty.
+
+    Returns: kind, host ('Pinned', 'Pageable'; the source's kind for copies between devices),
+    copies, mb, kb_per_copy, ms (GPU time of the copies); one row per (kind, host), largest MB first.
     """
     cols = ["kind", "host", "copies", "mb", "kb_per_copy", "ms"]
     empty = pd.DataFrame({c: pd.Series(dtype=object if c in ("kind", "host") else "float64") for c in cols})
     m, api, nv = rep.memcpy, rep.cuda_api, rep.nvtx
-    if len(m):
-        m = m[m["kind"].isin(["Host-to-Device", "Device-to-Host"])]
     ranges = nv[(nv["kind"] != "mark") & nv["payload"].notna()] if len(nv) else nv
-    if len(m) == 0 or len(api) == 0 or len(ranges) == 0:
+    if len(m) == 0:
+        empty.attrs["note"] = "no memory copies in this report (was CUDA traced?)"
         return empty
-    calls = m.merge(api[["pid", "correlation_id", "global_tid", "start_ns"]].rename(columns={"start_ns": "call_ns"}),
-                    on=["pid", "correlation_id"], how="inner")
-    r = ranges[["global_tid", "start_ns", "end_ns", "payload"]].rename(
-        columns={"start_ns": "range_start", "end_ns": "range_end"}).astype({"payload": "float64"})
-    j = pd.merge_asof(calls.sort_values("call_ns"), r.sort_values("range_start"), left_on="call_ns",
-                      right_on="range_start", by="global_tid", direction="backward")
-    j = j[(j["call_ns"] <= j["range_end"]) & (j["payload"] >= warmup)]
+    j = m
+    note = (f"all {len(m)} copies in the report counted: no NVTX range carries a batch index (payload), so "
+            "start-up and warm-up copies are included")
+    if len(ranges) and len(api):
+        calls = m.merge(api[["pid", "correlation_id", "global_tid", "start_ns"]].rename(
+            columns={"start_ns": "call_ns"}), on=["pid", "correlation_id"], how="inner")
+        r = ranges[["global_tid", "start_ns", "end_ns", "payload"]].rename(
+            columns={"start_ns": "range_start", "end_ns": "range_end"}).astype({"payload": "float64"})
+        j = pd.merge_asof(calls.sort_values("call_ns"), r.sort_values("range_start"), left_on="call_ns",
+                          right_on="range_start", by="global_tid", direction="backward")
+        j = j[(j["call_ns"] <= j["range_end"]) & (j["payload"] >= warmup)]
+        note = (f"{len(j)} of {len(m)} copies counted: those called inside a batch range (an NVTX range with a "
+                f"payload) of index {warmup} or more")
     if len(j) == 0:
+        empty.attrs["note"] = note
         return empty
-    host = np.where(j["kind"] == "Host-to-Device", j["src_kind"], j["dst_kind"])
+    host = np.where(j["kind"] == "Device-to-Host", j["dst_kind"], j["src_kind"])
     out = (j.assign(host=host).groupby(["kind", "host"], sort=False)
            .agg(copies=("bytes", "size"), mb=("bytes", "sum"), ms=("duration_ns", "sum")).reset_index())
     out["kb_per_copy"] = out["mb"] / out["copies"] / 1e3
     out["mb"], out["ms"] = out["mb"] / 1e6, out["ms"] / 1e6
-    return out.sort_values("mb", ascending=False, ignore_index=True)[cols]
+    out = out.sort_values("mb", ascending=False, ignore_index=True)[cols]
+    out.attrs["note"] = note
+    return out

@@ -324,7 +324,7 @@ RESULTS_FIELDS: dict[str, tuple[type, ...]] = {
     "latency_ms": (dict,),  # {"p50": ms or None, "p99": ms or None}, decode start to the end of display
     "accuracy": (dict,),  # {"map50", "mota", "idf1", "hota": float or None, "note": str, ...}
     "config": (dict,),  # the run's options, plus device_resolved, input_hw, output, ...
-    "model": (dict, type(None)),  # weights, params_m, gflops_per_frame; None with --decode-only
+    "model": (dict, type(None)),  # weights, params_m, gflops_per_frame; None when no model ran (decode only)
     "output_frames": (int,),  # frames written to the output video
     "warnings": (list,),  # one line each
 }

@@ -116,7 +116,7 @@ def read_results(path: str | os.PathLike) -> dict:
 
 
 def config_of(command: Sequence[str]) -> dict:
-    """The ``--flag value`` options of a command as a dict (``--batch-size 4`` -> ``batch_size: 4``).
+    """The ``--flag value`` options of a command as a dict (``--batch 4`` -> ``batch: 4``).
 
     A flag followed by another flag (or nothing) is ``True``; numbers become int/float. The
     ``--results`` path is left out (it differs per run).
@@ -157,7 +157,7 @@ def _has_flag(command: Sequence[str], flag: str) -> bool:
 def with_flag(command: Sequence[str], flag: str, value=True) -> list[str]:
     """``command`` with ``flag`` set to ``value`` (replaced if present); ``False``/``None`` removes it.
 
-    ``True`` means a bare switch (``--no-osd``).
+    ``True`` means a bare switch (``--verbose``).
     """
     out: list[str] = []
     args = [str(a) for a in command]

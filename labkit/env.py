@@ -101,7 +101,7 @@ def cache_dir() -> Path:
     """labkit's per-user cache root: ``$LABKIT_CACHE_DIR``, else ``~/.cache/labkit``.
 
     The one home of that folder: nsys exports of read-only reports go to ``exports/`` under it,
-    and the lab passes ``backends/`` under it to the application as ``--cache-dir`` (the
+    and the lab passes ``backends/`` under it to the application as a command-line option (the
     application reads no labkit variable). Read at call time; nothing is created here.
     """
     return Path(os.environ.get("LABKIT_CACHE_DIR") or Path.home() / ".cache" / "labkit")

@@ -114,7 +114,7 @@ def _assign_ranks(paths: list[Path], env_ranks: list[int | None]) -> list[int]:
 def _merge_stages(st: pd.DataFrame) -> pd.DataFrame:
     """Per-rank stage tables (with ``rank``) summed into one; see :meth:`Reports.stage_table`."""
     wall_ms = (st["cpu_ms"] / st["wall_share"]).groupby(st["rank"]).max()
-    g = st.groupby("stage", sort=False)
+    g = st.groupby(["stage", "domain"] if "domain" in st.columns else "stage", sort=False)  # domains apart
     out = g[["instances", "items", "cpu_ms", "gpu_ms", "threads"]].sum()
     out["ranks"] = g["rank"].nunique()
     out["cpu_ms_per_instance"] = out["cpu_ms"] / out["instances"]
@@ -217,7 +217,7 @@ class Reports:
         if st.empty:
             return pd.DataFrame({c: pd.Series(dtype=object if c == "stage" else "float64") for c in cols})
         st = st.sort_values(["stage", metric, "rank"], kind="stable")
-        g = st.groupby("stage", sort=False)
+        g = st.groupby(["stage", "domain"] if "domain" in st.columns else "stage", sort=False)  # domains apart
         lo, hi = g.head(1).set_index("stage"), st.loc[g[metric].idxmax()].set_index("stage")
         out = pd.DataFrame({"ranks": g.size(), "fastest_rank": lo["rank"], "fastest_ms": lo[metric],
                             "slowest_rank": hi["rank"], "slowest_ms": hi[metric], "mean_ms": g[metric].mean()})

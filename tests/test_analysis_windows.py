@@ -48,3 +48,18 @@ def test_stage_overlap_agrees_with_a_brute_force_count(rep):
     solo = labkit.stage_overlap(rep, ["infer"])
     assert solo["concurrency"] == pytest.approx(1.0) and solo["overlap_frac"] == 0.0
     assert np.isnan(labkit.stage_overlap(rep, ["nothing"])["concurrency"])
+
+
+def test_copy_table_says_which_copies_it_counted():
+    h100 = load_report(FIX / "pipeline.nsys2025.3.sqlite")
+    ct = labkit.copy_table(h100, warmup=1)
+    n = int(ct["copies"].sum())
+    assert 0 < n < len(h100.memcpy)  # start-up copies (weights) are outside the batch ranges
+    assert ct.attrs["note"].startswith(f"{n} of {len(h100.memcpy)} copies counted")
+
+
+def test_batches_and_stage_table_state_their_conventions(rep):
+    b = labkit.batches(rep, warmup=1)
+    assert len(b) > 0 and "payload" in b.attrs["note"]
+    st = labkit.stage_table(rep)
+    assert "items" in st.attrs["note"] and set(st.attrs["stages"]) >= {"decode", "preprocess", "infer"}

@@ -135,14 +135,16 @@ def test_gpu_utilization_and_gaps(gpu):
     u = labkit.gpu_utilization(gpu, bin_ms=50)
     assert ((u["busy_frac"] >= 0) & (u["busy_frac"] <= 1)).all()
     ops = gpu.gpu_ops()
-    # total busy equals the union of all GPU operations
-    s, e = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-    t = np.unique(np.concatenate([s, e]))
-    mid = (t[:-1] + t[1:]) / 2
-    covered = np.zeros(len(mid), dtype=bool)
-    for a, b in zip(s, e):
-        covered |= (mid > a) & (mid < b)
-    assert u["busy_ns"].sum() == int(np.diff(t)[covered].sum())
+    # SM busy is the union of kernels (and graphs); copy busy, kept apart, that of copies and memsets
+    for col, kinds in (("busy_ns", ["kernel", "graph"]), ("copy_busy_ns", ["memcpy", "memset"])):
+        sel = ops[ops["category"].isin(kinds)]
+        s, e = sel["start_ns"].to_numpy(), sel["end_ns"].to_numpy()
+        t = np.unique(np.concatenate([s, e]))
+        mid = (t[:-1] + t[1:]) / 2
+        covered = np.zeros(len(mid), dtype=bool)
+        for a, b in zip(s, e):
+            covered |= (mid > a) & (mid < b)
+        assert u[col].sum() == int(np.diff(t)[covered].sum())
     gaps = labkit.gpu_idle_gaps(gpu, min_gap_ms=1.0)
     assert (gaps["duration_ns"] >= 1_000_000).all() and len(gaps) > 0
     assert gaps["duration_ns"].is_monotonic_decreasing
