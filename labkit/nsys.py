@@ -26,7 +26,7 @@ from typing import Sequence
 from labkit.env import cache_dir, nsys_version
 from labkit.errors import LabkitError, check_writable, output_error
 from labkit.errors import output_tail as _tail
-from labkit.proc import child_setup, exit_reason, program_lines
+from labkit.proc import child_setup, exit_reason, process_reason, program_lines
 from labkit.proc import remove_stream_files as _remove_stream_files
 from labkit.proc import wait_with_progress as _wait_with_progress
 
@@ -206,9 +206,11 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
         raise KeyboardInterrupt(f"interrupted again: nsys was stopped before it finished; {kept} (its output: {log})")
     if proc.returncode != 0:
         if written:  # nsys passes the program's exit status through and still writes the report
-            raise ProgramFailedError(f"the profiled program {exit_reason(proc.returncode)} (the report of its run so "
+            err = ProgramFailedError(f"the profiled program {exit_reason(proc.returncode)} (the report of its run so "
                                      f"far is kept: {rep}; full log: {log}); its last lines:\n"
                                      f"{program_lines(output) or '(it printed nothing)'}")
+            err.reason = process_reason(proc.returncode, program_lines(output, 200), "the profiled program")
+            raise err
         check_writable(outdir, need_bytes=PROFILE_SPACE, what="write the report into")  # a disk filled meanwhile
         raise NsysError(f"nsys profile {exit_reason(proc.returncode)} after "
                         f"{time.monotonic() - t0:.1f} s; its output (full log: {log}):\n{_tail(output)}")
@@ -218,6 +220,8 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
                 f"capture range {capture_range!r} never started, so nsys wrote no report: check that the "
                 f"program opens that NVTX range (or calls cudaProfilerStart) and that -t includes nvtx/cuda; "
                 f"program output: {log}")
+        check_writable(tempfile.gettempdir(), need_bytes=PROFILE_SPACE // 2,  # a full TMPDIR stops nsys's import
+                       what="write nsys's temporary .qdstrm into (set TMPDIR to a folder with room)")
         qd = base.with_suffix(".qdstrm")
         hint = (" (only a .qdstrm was left: nsys's importer is missing; run scripts/install-nsys to fix it)"
                 if qd.exists() else "")

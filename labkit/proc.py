@@ -17,7 +17,7 @@ from pathlib import Path
 from labkit.progress import bar as progress_bar
 
 __all__ = ["child_setup", "exit_reason", "program_lines", "last_error_line", "wait_with_progress",
-           "remove_stream_files", "UMASK"]
+           "remove_stream_files", "process_reason", "UMASK"]
 
 UMASK = 0o022
 """The umask every child runs with (nsys 2022.4 gives its program 0000: world-writable files)."""
@@ -84,6 +84,13 @@ def last_error_line(text: str) -> str | None:
         if re.search(r"\berror\b", r, re.I) and not _NSYS_LINE.match(r):
             return r.strip()
     return None
+
+
+def process_reason(status: int, output: str, who: str = "the application") -> str:
+    """``the application was killed by SIGKILL (...)`` / ``... exited with status 2: ValueError: ...``:
+    how a process ended and the last error it printed itself (a traceback's last line)."""
+    err = last_error_line(output)
+    return f"{who} {exit_reason(status)}" + (f": {err}" if err else "")
 
 
 def remove_stream_files(output: str, outdir: Path) -> None:
