@@ -30,6 +30,7 @@ APP = textwrap.dedent('''
     p.add_argument("--warn", default="")
     p.add_argument("--die", action="store_true")
     p.add_argument("--counter", default="")
+    p.add_argument("--warmup", type=int, default=0)
     a = p.parse_args()
     if a.counter:
         open(a.counter, "a").write("x")
