@@ -134,3 +134,13 @@ def test_results_files_are_readable_like_logs_and_the_ledger(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o644
+
+
+def test_labkit_reports_pointing_at_a_file_names_the_variable(tmp_path, app, monkeypatch):
+    afile = tmp_path / "reports"
+    afile.write_text("a file, not a folder")
+    monkeypatch.setenv("LABKIT_REPORTS", str(afile))
+    with pytest.raises(OutputError) as err:
+        bench.run(app, step="s", repeats=1, progress=False)
+    msg = str(err.value)
+    assert "set LABKIT_REPORTS" in msg and "\n" not in msg
