@@ -205,3 +205,17 @@ def test_nsys_killed_mid_export_is_said_so(tmp_path):
     with pytest.raises(nsys.NsysError, match="killed by SIGKILL") as err:
         nsys.export_sqlite(rep, nsys=str(wrapper))
     assert "run it again" in str(err.value)
+
+
+def test_an_export_of_the_old_schema_counts_as_complete(tmp_path):
+    """nsys 2020.5 wrote no export-metadata table: its .sqlite beside its report is reused, not
+    exported again (or called a failed export)."""
+    fixture = Path(__file__).parent / "fixtures" / "openacc.nsys2020.5.trimmed.sqlite"
+    assert nsys.export_is_complete(fixture)
+    failed = tmp_path / "failed.sqlite"  # what a failed export leaves: StringIds and ProcessStreams only
+    con = sqlite3.connect(failed)
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+    con.execute("CREATE TABLE ProcessStreams (pid INTEGER)")
+    con.commit()
+    con.close()
+    assert not nsys.export_is_complete(failed)
