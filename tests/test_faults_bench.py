@@ -4,6 +4,7 @@ application's own warnings, a ledger path that is a folder or unreadable (a real
 LABKIT_REPORTS pointing at a file or a full disk (a real tmpfs), results files' permissions."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -144,3 +145,26 @@ def test_labkit_reports_pointing_at_a_file_names_the_variable(tmp_path, app, mon
         bench.run(app, step="s", repeats=1, progress=False)
     msg = str(err.value)
     assert "set LABKIT_REPORTS" in msg and "\n" not in msg
+
+
+def test_a_killed_python_process_takes_its_benchmark_run_with_it(tmp_path, app):
+    import psutil
+
+    started = tmp_path / "started"
+    code = (f"from labkit import bench; bench.run({app!r} + ['--sleep', '120', '--counter', {str(started)!r}], "
+            f"step='orphan', repeats=1, progress=False, results_dir={str(tmp_path)!r})")
+    parent = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    t0 = time.monotonic()
+    while not started.exists():
+        assert time.monotonic() - t0 < 120 and parent.poll() is None, "the application never started"
+        time.sleep(0.1)
+    child = psutil.Process(parent.pid).children(recursive=True)
+    parent.kill()  # as a dying Jupyter kernel
+    parent.wait()
+    try:
+        gone, alive = psutil.wait_procs(child, timeout=30)
+        assert not alive, "the application outlived the Python process that ran it"
+    finally:
+        for p in child:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
