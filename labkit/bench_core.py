@@ -61,12 +61,10 @@ class BenchError(LabkitError):
 
 
 def error_line(exc: BaseException) -> str:
-    """One line saying what went wrong, for a ledger row: the error's ``reason`` when it has one
-    (the process's exit signal or status and its own last error), else its first line (every
-    labkit error's first line names the problem and the fix)."""
-    reason = getattr(exc, "reason", None)
-    if reason:
-        return reason
+    """One line saying what went wrong, for a ledger row: the error's ``reason`` (how the process
+    ended, its own last error) when it has one, else its first line (the problem and the fix)."""
+    if getattr(exc, "reason", None):
+        return exc.reason
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else repr(exc)
 
@@ -335,9 +333,8 @@ def _append(ledger, row: Mapping) -> None:
 
 def _check_ledger(ledger) -> None:
     """Pre-flight: the ledger's folder is writable (before any run, so no result is lost at the end)."""
-    if ledger is not None:
-        led = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
-        led.check()  # a folder, or a file we cannot read and append to
+    if ledger is not None:  # not a folder, nor a file we cannot read and append to; room beside it
+        (led := ledger if isinstance(ledger, Ledger) else Ledger(ledger)).check()
         check_writable(led.path.parent, need_bytes=1 << 20, what="append to a ledger in")
 
 
@@ -383,8 +380,7 @@ def _claim(results_dir: Path, name: str) -> str:
     """Reserve a run name for this run alone (an empty ``.<name>.claim``, ``O_EXCL``): two processes
     starting a step in the same second get ``name`` and ``name-2``, never one results file."""
     for i in range(1, 1000):
-        cand = name if i == 1 else f"{name}-{i}"
-        path = results_dir / f".{cand}.claim"
+        cand, path = (name if i == 1 else f"{name}-{i}"), results_dir / f".{name if i == 1 else f'{name}-{i}'}.claim"
         try:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
             return cand

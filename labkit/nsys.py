@@ -197,7 +197,7 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
         _remove_stream_files(output, outdir)
         written = rep.exists() and rep.stat().st_size > 0
         if written:
-            _write_note(rep, proc.returncode, interrupted)
+            _write_note(logf, rep, proc.returncode, interrupted)
     if interrupted == 1:
         kept = f"the report nsys finished is kept: {rep}" if written else "nsys wrote no report"
         raise KeyboardInterrupt(f"interrupted: nsys stopped the program; {kept} (its output: {log})")
@@ -286,7 +286,6 @@ _META_TABLES = {"EXPORT_META_DATA", "META_DATA_EXPORT"}
 _SESSION_START_FROM = (2020, 3)
 _LEFT_BY_FAILURE = {"StringIds", "ProcessStreams", "sqlite_sequence"}
 _VERSION = re.compile(rb"20[1-3]\d\.\d+\.\d+(?:\.\d+)?")
-_MARK = ".labkit.json"
 
 
 def export_cache_dir() -> Path:
@@ -303,19 +302,23 @@ def export_cache_dir() -> Path:
     return path
 
 
+def _tables(db: Path) -> set | None:
+    try:
+        con = sqlite3.connect(Path(db).resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return None
+
+
 def export_is_complete(db: Path, capture_version: str | None = None) -> bool:
     """Whether ``db`` is a finished SQLite export, not a failed export's remains; the tables
     required follow the schema (see above). ``capture_version``: the nsys that recorded the report
     (:func:`report_version`), when known."""
-    try:
-        con = sqlite3.connect(Path(db).resolve().as_uri() + "?mode=ro", uri=True)
-        try:
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        finally:
-            con.close()
-    except sqlite3.DatabaseError:
-        return False
-    if "StringIds" not in tables:
+    tables = _tables(db)
+    if tables is None or "StringIds" not in tables:
         return False
     if not _META_TABLES & tables:  # nsys <= 2020.5's exporter
         return bool({t for t in tables if not t.startswith("ENUM_")} - _LEFT_BY_FAILURE)
@@ -352,24 +355,40 @@ def report_identity(rep_path) -> dict:
     return {"size": size, "sha256": h.hexdigest()}
 
 
-def _mark(db: Path) -> Path:
-    """The sidecar that says labkit wrote ``db`` and from which report."""
-    return db.with_name(f".{db.name}{_MARK}")
-
-
 def _read_mark(db: Path) -> dict | None:
-    import json
-
+    """The report an export of labkit's was made from (its ``labkit_export`` table), or None for
+    a file labkit did not write."""
     try:
-        return json.loads(_mark(db).read_text())
-    except (OSError, ValueError):
+        con = sqlite3.connect(Path(db).resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            row = con.execute("SELECT report_size, report_sha256 FROM labkit_export").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
         return None
+    return {"report": {"size": row[0], "sha256": row[1]}} if row else None
+
+
+def _write_mark(db: Path, ident: dict, rep: Path) -> None:
+    """Say, inside the export itself, that labkit made it and from which report."""
+    con = sqlite3.connect(db)
+    try:
+        con.execute("CREATE TABLE IF NOT EXISTS labkit_export (report_name TEXT, report_size INTEGER, "
+                    "report_sha256 TEXT)")
+        con.execute("DELETE FROM labkit_export")
+        con.execute("INSERT INTO labkit_export VALUES (?, ?, ?)", (rep.name, ident["size"], ident["sha256"]))
+        con.commit()
+    finally:
+        con.close()
+
+
+def _failed_export(db: Path) -> bool:
+    """nsys's own remains of an unfinished export (StringIds, not the rest): replaceable."""
+    return "StringIds" in (_tables(db) or ()) and not export_is_complete(db)
 
 
 def _reusable(db: Path, rep: Path, ident: dict, version: str | None) -> bool:
-    if not db.is_file():
-        return False
-    mark = _read_mark(db)
+    mark = _read_mark(db) if db.is_file() else {"report": None}
     if mark is not None:  # labkit's export: of this very report?
         return mark.get("report") == ident and export_is_complete(db, version)
     # nsys's own export (--export=sqlite, a committed pair): newer than the report and finished
@@ -403,20 +422,18 @@ def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, 
     """Export a ``.nsys-rep`` to ``.sqlite`` beside it; into the per-user export cache when its
     folder is read-only or the ``.sqlite`` there is not labkit's (never written over).
 
-    An export is reused when it is of this very report (:func:`report_identity`, kept in a
-    hidden sidecar beside it), whatever the mtimes; nsys's own export (no sidecar) when newer
+    An export is reused when it is of this very report (:func:`report_identity`, kept in its
+    ``labkit_export`` table), whatever the mtimes; nsys's own export (no sidecar) when newer
     than the report. nsys writes to a temporary file renamed into place, so a failed export
     never leaves a partial ``.sqlite``. Raises NsysError (one line with the cause and fix).
     """
-    import json
-
     rep_path = Path(rep_path)
     ident, version = report_identity(rep_path), report_version(rep_path)
     beside = rep_path.with_suffix(".sqlite")
     if not force and _reusable(beside, rep_path, ident, version):
         return beside
-    ours = not beside.exists() or _read_mark(beside) is not None
-    db = beside if ours and os.access(rep_path.parent, os.W_OK | os.X_OK) else _cached(rep_path)
+    ours = not beside.exists() or _read_mark(beside) is not None or _failed_export(beside)
+    db = beside if ours and os.access(rep_path.parent, os.W_OK) else _cached(rep_path)
     if db != beside and not force and _reusable(db, rep_path, ident, version):
         return db
     exe = _nsys_or_raise(nsys)
@@ -435,9 +452,8 @@ def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, 
                                 f"export it with a newer nsys, or pass the .sqlite")
             check_writable(db.parent, need_bytes=need, what="export the report into")  # a disk filled meanwhile
             raise NsysError(f"nsys export of {rep_path} failed: {_failure_hint(rep_path, out.returncode, out.stdout + out.stderr)}")
+        _write_mark(tmp, ident, rep_path)
         os.replace(tmp, db)
-        with contextlib.suppress(OSError):
-            _mark(db).write_text(json.dumps({"report": ident, "from": rep_path.name}))
     except OSError as exc:
         raise NsysNotFoundError(f"cannot run {exe} ({exc}): install nsys with scripts/install-nsys "
                                 f"or set LABKIT_NSYS") from None
@@ -448,38 +464,35 @@ def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, 
     return db
 
 
-def _note_path(rep: Path) -> Path:
-    return rep.with_name(f".{rep.name}{_MARK}")
+_NOTE = "# labkit: "
 
 
-def _write_note(rep: Path, status: int, interrupted: int) -> None:
-    """Record, beside the report, how its program ended (read by :func:`recording_notes`)."""
-    import json
-
-    with contextlib.suppress(OSError):
-        _note_path(rep).write_text(json.dumps({"exit_status": status, "interrupted": interrupted,
-                                               "report": report_identity(rep)}))
+def _write_note(logf, rep: Path, status: int, interrupted: int) -> None:
+    """Record, as the log's last line, how the program ended (read by :func:`recording_notes`)."""
+    i = report_identity(rep)
+    logf.write(f"\n{_NOTE}exit_status={status} interrupted={interrupted} report={i['size']}:{i['sha256']}\n")
+    logf.flush()
 
 
 def recording_notes(rep_path) -> list[str]:
     """Notes a report must carry about how it was recorded: the program was killed or failed, or
-    the run was interrupted, so the report covers only part of it. Empty for a whole run, or a
-    report labkit did not record (or one replaced since)."""
-    import json
-
-    rep_path = Path(rep_path)
-    if rep_path.suffix == ".sqlite":
-        rep_path = rep_path.with_suffix(".nsys-rep")
-    try:
-        note = json.loads(_note_path(rep_path).read_text())
-        if note.get("report") != report_identity(rep_path):
-            return []
-    except (OSError, ValueError):
+    the run was interrupted, so the report covers only part of it. Read from the last line of
+    the log :func:`record` wrote beside it; empty for a whole run, a report labkit did not
+    record, or one replaced since."""
+    rep_path = Path(rep_path).with_suffix(".nsys-rep")
+    try:  # the log's last note, of this very report
+        lines = rep_path.with_suffix(".log").read_text(errors="replace").splitlines()
+        note = dict(kv.split("=", 1) for kv in next(x for x in reversed(lines) if x.startswith(_NOTE))
+                    [len(_NOTE):].split())
+        ident = report_identity(rep_path)
+    except (OSError, StopIteration, ValueError):
+        return []
+    if note.get("report") != f"{ident['size']}:{ident['sha256']}":
         return []
     notes = []
-    if note.get("interrupted"):
+    if int(note.get("interrupted", 0)):
         notes.append("the run was interrupted (Ctrl-C): this report covers only the part before it")
-    status = int(note.get("exit_status") or 0)
+    status = int(note.get("exit_status", 0))
     if status:
         notes.append(f"the profiled program {exit_reason(status)}: this report covers only its run up to then, "
                      f"not a whole run")
