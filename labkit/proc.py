@@ -36,13 +36,15 @@ def child_setup(death_signal: int = signal.SIGTERM):
     """A ``preexec_fn`` for ``subprocess.Popen``: umask 022, and ``death_signal`` delivered to the
     child when the Python process that started it dies (Linux ``PR_SET_PDEATHSIG``; a no-op
     elsewhere). nsys answers SIGTERM by stopping its program and ending."""
+    try:  # resolved here, in the parent: after fork the child only calls it (no dlopen, no lock)
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        prctl = None
+
     def setup() -> None:
         os.umask(UMASK)
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, int(death_signal), 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, int(death_signal), 0, 0, 0)
     return setup
 
 
