@@ -377,6 +377,9 @@ def write_results(path: str | os.PathLike, data: dict) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".tmp", dir=folder)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would hide results that logs and the ledger show
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=2, default=str)
             f.write("\n")

@@ -14,6 +14,7 @@ import math
 import os
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from labkit import annotate
 from labkit.env import reports_dir
 from labkit.errors import LabkitError, check_writable, output_error, output_tail
 from labkit.ledger import Ledger
+from labkit.proc import child_setup, exit_reason, process_reason
 
 RESULT_FIELDS: dict[str, str] = {
     "fps": "fps",
@@ -45,21 +47,26 @@ RESULT_FIELDS: dict[str, str] = {
 HEADLINE = ("fps", "latency_p50_ms", "latency_p99_ms")
 """Metrics whose spread across repeats is reported."""
 
-
-
 def _reports(sub: str, given) -> Path:
     return Path(given) if given is not None else reports_dir() / sub
 
 
 class BenchError(LabkitError):
-    """A benchmark run failed: the message carries the application's stderr tail."""
+    """A benchmark run failed: the message carries the application's stderr tail; ``reason``, its
+    one-line cause (how the process ended and its own last error)."""
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason
 
 
 def error_line(exc: BaseException) -> str:
-    """The line of a BenchError (or any error) that says what went wrong: the last one that
-    mentions an error (the application's ``detect_video: error: ...``), else the last line."""
+    """One line saying what went wrong, for a ledger row: the error's ``reason`` (how the process
+    ended, its own last error) when it has one, else its first line (the problem and the fix)."""
+    if getattr(exc, "reason", None):
+        return exc.reason
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else repr(exc))
+    return lines[0] if lines else repr(exc)
 
 
 class BenchWarning(UserWarning):
@@ -105,7 +112,8 @@ def read_results(path: str | os.PathLike) -> dict:
         data = annotate.read_results(path)
     except annotate.ResultsError as exc:
         raise BenchError(str(exc)) from None
-    out: dict[str, Any] = {"status": str(data["status"])}
+    out: dict[str, Any] = {"status": str(data["status"]),
+                           "warnings": tuple(str(w) for w in data.get("warnings") or ())}
     for name, dotted in RESULT_FIELDS.items():
         value = _dig(data, dotted)
         out[name] = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
@@ -286,7 +294,7 @@ def _summarize(rows: pd.DataFrame) -> dict:
     measured = rows[~rows["profiled"]] if (~rows["profiled"]).any() else rows
     metrics: dict[str, Any] = {}
     for col in measured.columns:
-        if col in {"repeat", "profiled", "status", "results", "log", "wall_s"}:
+        if col in {"repeat", "profiled", "status", "results", "log", "wall_s", "warnings"}:
             continue
         if pd.api.types.is_numeric_dtype(measured[col]):
             metrics[col] = _median(measured[col])
@@ -304,6 +312,12 @@ def _flags(rows: pd.DataFrame) -> list[str]:
             flags.append(f"run {r['repeat']}: status {r['status']!r} in {r['results']}")
         elif pd.isna(r["fps"]):
             flags.append(f"run {r['repeat']}: no fps in {r['results']}")
+    seen: set = set()
+    for _, r in rows.iterrows():  # the application's own doubts about its figures (warm-up, ...)
+        for w in r.get("warnings") or ():
+            if w not in seen:
+                seen.add(w)
+                flags.append(f"run {r['repeat']}: {w}")
     return flags
 
 
@@ -319,8 +333,9 @@ def _append(ledger, row: Mapping) -> None:
 
 def _check_ledger(ledger) -> None:
     """Pre-flight: the ledger's folder is writable (before any run, so no result is lost at the end)."""
-    if ledger is not None:
-        check_writable(Path(getattr(ledger, "path", ledger)).parent, need_bytes=1 << 20, what="append to a ledger in")
+    if ledger is not None:  # not a folder, nor a file we cannot read and append to; room beside it
+        (led := ledger if isinstance(ledger, Ledger) else Ledger(ledger)).check()
+        check_writable(led.path.parent, need_bytes=1 << 20, what="append to a ledger in")
 
 
 def _repeat_record(step: str, name: str, row: Mapping, labels: Mapping | None) -> dict:
@@ -358,15 +373,30 @@ def _start(command, warmup, name: str, results_dir) -> tuple[list[str], str, Pat
     the results folder, created."""
     cmd = _prepare(command, warmup)
     results_dir = check_writable(_reports("results", results_dir), need_bytes=1 << 20, what="write results into")
-    return cmd, _safe(name), results_dir
+    return cmd, _claim(results_dir, _safe(name)), results_dir
+
+
+def _claim(results_dir: Path, name: str) -> str:
+    """Reserve a run name for this run alone (an empty ``.<name>.claim``, ``O_EXCL``): two processes
+    starting a step in the same second get ``name`` and ``name-2``, never one results file."""
+    for i in range(1, 1000):
+        cand, path = (name if i == 1 else f"{name}-{i}"), results_dir / f".{name if i == 1 else f'{name}-{i}'}.claim"
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            return cand
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise output_error(path, exc, need_bytes=1 << 20) from None
+    raise BenchError(f"999 runs named {name!r} already in {results_dir}: choose another name or folder")
 
 
 def _check_exit(proc_rc: int, argv: list[str], log: Path, step: str, what: str, output: str,
                 stream: str = "stderr") -> None:
     if proc_rc != 0:
-        raise BenchError(f"benchmark {step!r}, {what}: the application exited with status {proc_rc}.\n"
+        raise BenchError(f"benchmark {step!r}, {what}: the application {exit_reason(proc_rc)}.\n"
                          f"command: {shlex.join(argv)}\nlast lines of its {stream} (full output: {log}):\n"
-                         f"{output_tail(output, 30) or '(empty)'}")
+                         f"{output_tail(output, 30) or '(empty)'}", reason=process_reason(proc_rc, output))
 
 
 def _row(repeat: int, profiled: bool, results: Path, log: Path, wall_s: float) -> dict:
@@ -409,13 +439,14 @@ def _run_once(argv: list[str], *, log: Path, env, timeout, step: str, what: str)
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, preexec_fn=child_setup(signal.SIGKILL))
     except subprocess.TimeoutExpired as exc:
         out = (exc.stderr or b"")
         out = out.decode(errors="replace") if isinstance(out, bytes) else out
         log.write_text(f"# {shlex.join(argv)}\n# timed out after {timeout} s\n{out}")
         raise BenchError(f"benchmark {step!r}, {what}: still running after timeout={timeout} s and was killed; "
-                         f"pass a larger timeout= or fewer frames. Last lines of its stderr:\n{output_tail(out, 30)}") from None
+                         f"pass a larger timeout= or fewer frames. Last lines of its stderr:\n{output_tail(out, 30)}",
+                         reason=f"the application ran past timeout={timeout} s and was killed") from None
     except OSError as exc:
         raise BenchError(f"benchmark {step!r}: cannot start {argv[0]!r} ({exc})") from None
     wall = time.perf_counter() - t0
@@ -463,7 +494,7 @@ def _run_profiled(cmd: list[str], *, name: str, step: str, results_dir: Path, pr
     except nsys.NsysNotFoundError:
         raise
     except nsys.NsysError as exc:
-        raise BenchError(f"benchmark {step!r}, profiled run: {exc}") from None
+        raise BenchError(f"benchmark {step!r}, profiled run: {exc}", reason=getattr(exc, "reason", None)) from None
     return Path(rec.nsys_rep), _row(0, True, results, Path(rec.log), time.perf_counter() - t0)
 
 

@@ -15,6 +15,7 @@ import shutil
 import sys
 import tempfile
 import textwrap
+from pathlib import Path
 from dataclasses import dataclass
 
 from labkit import env
@@ -258,17 +259,36 @@ def _check_opencv() -> Check:
                  "install opencv-python (with FFmpeg) from PyPI", ("lab", "gpu"))
 
 
-def _check_disk(reports: str) -> Check:
-    probe = reports
-    while not os.path.exists(probe):
-        probe = os.path.dirname(os.path.abspath(probe))
+def _check_folder(name: str, folder: Path, variable: str, need_gib: float) -> Check:
+    """The folder labkit will really write to: not a file, writable (a real file is created and
+    removed: a read-only mount fails even for root), with ``need_gib`` free."""
+    given = f"{folder} (from {variable})" if os.environ.get(variable) else str(folder)
+    fix_var = f"set {variable} to a writable folder with room"
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return Check(name, FAIL, f"{given}: {probe} is a file, not a folder", fix_var, ("lab", "gpu"))
+    try:
+        with tempfile.NamedTemporaryFile(dir=probe, prefix=".labkit-doctor-"):
+            pass
+    except OSError as exc:
+        return Check(name, FAIL, f"{given}: cannot write in {probe} ({exc.strerror})",
+                     f"fix its permissions, or {fix_var}", ("lab", "gpu"))
     free_gib = shutil.disk_usage(probe).free / 2**30
-    status = OK if free_gib >= 2 else (WARN if free_gib >= 0.5 else FAIL)
-    return Check("disk", status, f"{free_gib:.1f} GiB free under {os.path.abspath(reports)}",
-                 "" if status == OK else "free disk space: each profile takes 10-200 MB", ("lab", "gpu"))
+    status = OK if free_gib >= need_gib else (WARN if free_gib >= need_gib / 4 else FAIL)
+    return Check(name, status, f"{given}: writable, {free_gib:.1f} GiB free",
+                 "" if status == OK else f"free disk space there (each profile takes 10-200 MB), or {fix_var}",
+                 ("lab", "gpu"))
 
 
-def run_checks(*, reports: str = "reports", probe: bool = False) -> list[Check]:
+def _check_disk(reports) -> list[Check]:
+    reports = Path(reports) if reports is not None else env.reports_dir()
+    return [_check_folder("disk", reports.absolute(), "LABKIT_REPORTS", 2.0),
+            _check_folder("cache", env.cache_dir().absolute(), "LABKIT_CACHE_DIR", 0.5)]
+
+
+def run_checks(*, reports: str | None = None, probe: bool = False) -> list[Check]:
     """Run every check; ``probe`` also profiles a tiny NVTX program with nsys (about 5-10 s)."""
     checks = [_check_python(), *_check_torch(), _check_gpu()]
     nsys_check, nsys_ver = _check_nsys()
@@ -277,7 +297,7 @@ def run_checks(*, reports: str = "reports", probe: bool = False) -> list[Check]:
     checks.append(Check("nvtx", status, detail, fix, ("lab", "gpu") if status == FAIL else ()))
     if probe and nsys_ver is not None:
         checks += _probe(env.find_nsys(), nsys_ver, cuda=env.torch_info()["cuda_available"])
-    checks += [_check_onnxruntime(), _check_compiler(), _check_tensorrt(), _check_opencv(), _check_disk(reports)]
+    checks += [_check_onnxruntime(), _check_compiler(), _check_tensorrt(), _check_opencv(), *_check_disk(reports)]
     return checks
 
 
@@ -285,7 +305,7 @@ def _failures(checks: list[Check], mode: str) -> list[Check]:
     return [c for c in checks if c.status != OK and mode in c.needed_by]
 
 
-def doctor(*, mode: str = "lab", reports: str = "reports", probe: bool = False):
+def doctor(*, mode: str = "lab", reports: str | None = None, probe: bool = False):
     """The doctor's report as a DataFrame (check, status, detail, fix, required), shown in a
     notebook with whole texts (:func:`labkit.style.full_text`).
 
@@ -308,7 +328,7 @@ def cli(argv: list[str]) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=MODES, default="lab", help="what the checks are for (default: lab)")
     p.add_argument("--probe", action="store_true", help="also profile a tiny NVTX program with nsys")
-    p.add_argument("--reports", default="reports", help="reports folder whose disk is checked")
+    p.add_argument("--reports", default=None, help="reports folder to check (default: $LABKIT_REPORTS, else reports)")
     args = p.parse_args(argv)
     checks = run_checks(reports=args.reports, probe=args.probe)
     width = max(len(c.name) for c in checks)

@@ -36,7 +36,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from labkit.errors import output_error
+from labkit.errors import OutputError, output_error
 
 __all__ = ["Ledger", "LedgerWarning", "SCHEMA", "BASE_COLUMNS", "KINDS", "STATUSES", "machine_label", "flatten",
            "not_run"]
@@ -183,7 +183,18 @@ class Ledger:
             raise output_error(self.path, exc, need_bytes=len(data), what="append a row to the ledger") from None
         return row
 
+    def check(self) -> None:
+        """Raise :class:`OutputError` (one line, the fix) when the ledger path is a folder or
+        cannot be read; a missing file is fine (an empty ledger)."""
+        if self.path.is_dir():
+            raise OutputError(f"the ledger {self.path} is a folder, not a file: pass the ledger file inside it "
+                              f"(e.g. {self.path / 'ledger.jsonl'}) or another path")
+        if self.path.exists() and not os.access(self.path, os.R_OK | os.W_OK):
+            raise OutputError(f"the ledger {self.path} cannot be read and appended to (permission denied): fix its "
+                              f"permissions (chmod u+rw) or pass another path")
+
     def _write_line(self, data: bytes) -> None:
+        self.check()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -216,6 +227,7 @@ class Ledger:
         """
         if not self.path.exists():
             return []
+        self.check()
         rows = []
         with open(self.path, "rb") as f:
             # Shared lock: never read a row another process is half-way through writing.

@@ -17,7 +17,6 @@ import shlex
 import signal
 import sqlite3
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -27,7 +26,9 @@ from typing import Sequence
 from labkit.env import cache_dir, nsys_version
 from labkit.errors import LabkitError, check_writable, output_error
 from labkit.errors import output_tail as _tail
-from labkit.progress import bar as progress_bar
+from labkit.proc import child_setup, exit_reason, process_reason, program_lines
+from labkit.proc import remove_stream_files as _remove_stream_files
+from labkit.proc import wait_with_progress as _wait_with_progress
 
 __all__ = [
     "record",
@@ -38,6 +39,8 @@ __all__ = [
     "export_is_complete",
     "report_version",
     "export_sqlite",
+    "report_identity",
+    "recording_notes",
     "NsysError",
     "NsysNotFoundError",
     "CaptureRangeError",
@@ -168,7 +171,8 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
     check_writable(outdir, need_bytes=PROFILE_SPACE, what="write the report into")
     check_writable(tempfile.gettempdir(), need_bytes=PROFILE_SPACE // 2, what="write nsys's temporary .qdstrm into")
     # the name is reserved for this run (see _reserve), so nsys may replace the placeholder
-    argv = profile_command(argv_cmd, output=base, trace=trace, capture_range=capture_range,
+    # nsys 2022.4 starts its program with umask 0000 (every file it makes world-writable): restore 022
+    argv = profile_command(["/bin/sh", "-c", 'umask 022 && exec "$@"', argv_cmd[0], *argv_cmd], output=base, trace=trace, capture_range=capture_range,
                            nsys_args=nsys_args, overwrite=True, nsys=exe,
                            graph_nodes=supports_option(exe, "--cuda-graph-trace"))
     run_env = dict(os.environ)
@@ -181,8 +185,10 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
         logf.flush()
         try:
             # its own session: a terminal's Ctrl-C reaches labkit only, which hands nsys one SIGINT
+            # umask 022 for nsys and its program; nsys gets SIGTERM (it stops the program) if we die
             proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=run_env,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=child_setup(signal.SIGTERM))
         except OSError as exc:
             raise NsysNotFoundError(f"cannot run {exe} ({exc}): install nsys with scripts/install-nsys "
                                     f"or set LABKIT_NSYS") from None
@@ -190,6 +196,8 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
         output = log.read_text(errors="replace")
         _remove_stream_files(output, outdir)
         written = rep.exists() and rep.stat().st_size > 0
+        if written:
+            _write_note(logf, rep, proc.returncode, interrupted)
     if interrupted == 1:
         kept = f"the report nsys finished is kept: {rep}" if written else "nsys wrote no report"
         raise KeyboardInterrupt(f"interrupted: nsys stopped the program; {kept} (its output: {log})")
@@ -198,10 +206,13 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
         raise KeyboardInterrupt(f"interrupted again: nsys was stopped before it finished; {kept} (its output: {log})")
     if proc.returncode != 0:
         if written:  # nsys passes the program's exit status through and still writes the report
-            raise ProgramFailedError(f"the profiled program exited with status {proc.returncode} (report kept: "
-                                     f"{rep}); its output (full log: {log}):\n{_tail(output)}")
+            err = ProgramFailedError(f"the profiled program {exit_reason(proc.returncode)} (the report of its run so "
+                                     f"far is kept: {rep}; full log: {log}); its last lines:\n"
+                                     f"{program_lines(output) or '(it printed nothing)'}")
+            err.reason = process_reason(proc.returncode, program_lines(output, 200), "the profiled program")
+            raise err
         check_writable(outdir, need_bytes=PROFILE_SPACE, what="write the report into")  # a disk filled meanwhile
-        raise NsysError(f"nsys profile exited with status {proc.returncode} after "
+        raise NsysError(f"nsys profile {exit_reason(proc.returncode)} after "
                         f"{time.monotonic() - t0:.1f} s; its output (full log: {log}):\n{_tail(output)}")
     if not written:
         if capture_range:
@@ -209,6 +220,8 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
                 f"capture range {capture_range!r} never started, so nsys wrote no report: check that the "
                 f"program opens that NVTX range (or calls cudaProfilerStart) and that -t includes nvtx/cuda; "
                 f"program output: {log}")
+        check_writable(tempfile.gettempdir(), need_bytes=PROFILE_SPACE // 2,  # a full TMPDIR stops nsys's import
+                       what="write nsys's temporary .qdstrm into (set TMPDIR to a folder with room)")
         qd = base.with_suffix(".qdstrm")
         hint = (" (only a .qdstrm was left: nsys's importer is missing; run scripts/install-nsys to fix it)"
                 if qd.exists() else "")
@@ -264,83 +277,14 @@ def _reserve(rep: Path, db: Path, log: Path, overwrite: bool):
                 rep.unlink()  # the reservation, never filled: whatever stopped the run
 
 
-def _remove_stream_files(output: str, outdir: Path) -> None:
-    """Delete the temporary ``/tmp/nsys-report-*.qdstrm`` that nsys named in its output and left
-    behind (it does when stopped while importing); a .qdstrm beside the report is kept."""
-    for name in re.findall(r"Generating '([^']+\.qdstrm)'", output):
-        path = Path(name)
-        if path.name.startswith("nsys-report-") and path.parent.resolve() != outdir.resolve():
-            path.unlink(missing_ok=True)
-
-
-def _wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> int:
-    """Wait for nsys; returns how many times it was interrupted (0, 1, 2). Ctrl-C (or a Jupyter
-    interrupt) hands nsys one SIGINT, on which it stops the program and writes the report; a
-    second Ctrl-C kills nsys, its agent and the program, and deletes the agent's .qdstrm. Every
-    process nsys started is ended before this returns."""
-    import psutil
-
-    bar = progress_bar(label, enabled=progress, bar_format="{desc}: {elapsed}")  # disabled: no-ops
-    interrupted, doomed, streams = 0, [], []
-    try:
-        while proc.poll() is None:
-            try:
-                proc.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                bar.refresh()
-            except KeyboardInterrupt:
-                interrupted += 1
-                doomed += _session(proc)
-                if interrupted == 1:
-                    proc.send_signal(signal.SIGINT)
-                    continue
-                for p in doomed:  # the second Ctrl-C: give up the report
-                    with contextlib.suppress(psutil.Error):
-                        streams += [f.path for f in p.open_files() if f.path.endswith(".qdstrm")]
-                proc.kill()
-    finally:
-        bar.close()
-    # the program runs in its own session under nsys: make sure nothing outlives an interrupted run
-    if interrupted == 1:
-        doomed = [p for p in doomed if "--start-agent" not in _cmdline(p)]  # it ends once the report is written
-    alive = [p for p in doomed if p.is_running()]
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _, alive = psutil.wait_procs(alive, timeout=5)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    for path in streams:
-        Path(path).unlink(missing_ok=True)
-    return interrupted
-
-
-def _cmdline(p) -> str:
-    import psutil
-
-    with contextlib.suppress(psutil.Error):
-        return " ".join(p.cmdline())
-    return ""
-
-
-def _session(proc: subprocess.Popen) -> list:
-    """nsys's processes: its children, and the agent it starts apart (named after nsys's pid)."""
-    import psutil
-
-    found = []
-    with contextlib.suppress(psutil.Error):
-        found = psutil.Process(proc.pid).children(recursive=True)
-    for p in psutil.process_iter():
-        if re.search(rf"--session-name=profile-\S*-{proc.pid}(\s|$)", _cmdline(p)):
-            found.append(p)
-    return found
-
-
-# tables every finished export has, whatever was traced (a failed export leaves StringIds and
-# ProcessStreams only); one of the two metadata tables too (2022.4 / 2025.x names)
-_COMPLETE_TABLES = {"StringIds", "TARGET_INFO_SESSION_START_TIME", "ANALYSIS_DETAILS"}
+# A finished export, by schema: nsys 2021+ exporters write a metadata table (2022.4 / 2025.x
+# names) and, for captures of nsys 2020.3 or later, TARGET_INFO_SESSION_START_TIME; older
+# captures (.qdrep of 2019.6, 2020.1) have no session-start table; a 2020.5 exporter wrote no
+# metadata table at all, and its data tables are the proof. A failed export leaves StringIds and
+# ProcessStreams only.
 _META_TABLES = {"EXPORT_META_DATA", "META_DATA_EXPORT"}
+_SESSION_START_FROM = (2020, 3)
+_LEFT_BY_FAILURE = {"StringIds", "ProcessStreams", "sqlite_sequence"}
 _VERSION = re.compile(rb"20[1-3]\d\.\d+\.\d+(?:\.\d+)?")
 
 
@@ -348,22 +292,40 @@ def export_cache_dir() -> Path:
     """Per-user folder for exports of reports in read-only folders (mode 0700):
     ``labkit.env.cache_dir() / "exports"``."""
     path = cache_dir() / "exports"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.chmod(0o700)
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.chmod(0o700)
+    except OSError as exc:
+        where = "LABKIT_CACHE_DIR" if os.environ.get("LABKIT_CACHE_DIR") else "HOME"
+        raise NsysError(f"cannot create the per-user export cache {path} ({exc.strerror}): set LABKIT_CACHE_DIR "
+                        f"to a writable folder (it comes from {where} now)") from None
     return path
 
 
-def export_is_complete(db: Path) -> bool:
-    """Whether ``db`` is a finished SQLite export (its tables are there), not a failed export's remains."""
+def _tables(db: Path) -> set | None:
     try:
         con = sqlite3.connect(Path(db).resolve().as_uri() + "?mode=ro", uri=True)
         try:
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         finally:
             con.close()
-    except sqlite3.DatabaseError:
+    except sqlite3.Error:
+        return None
+
+
+def export_is_complete(db: Path, capture_version: str | None = None) -> bool:
+    """Whether ``db`` is a finished SQLite export, not a failed export's remains; the tables
+    required follow the schema (see above). ``capture_version``: the nsys that recorded the report
+    (:func:`report_version`), when known."""
+    tables = _tables(db)
+    if tables is None or "StringIds" not in tables:
         return False
-    return _COMPLETE_TABLES <= tables and bool(_META_TABLES & tables)
+    if not _META_TABLES & tables:  # nsys <= 2020.5's exporter
+        return bool({t for t in tables if not t.startswith("ENUM_")} - _LEFT_BY_FAILURE)
+    need = {"ANALYSIS_DETAILS"}
+    if capture_version is None or _major_minor(capture_version) >= _SESSION_START_FROM:
+        need.add("TARGET_INFO_SESSION_START_TIME")
+    return need <= tables
 
 
 def report_version(rep_path: Path) -> str | None:
@@ -380,36 +342,117 @@ def _major_minor(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
 
 
+def report_identity(rep_path) -> dict:
+    """What identifies a report's content: its size and a SHA-256 of its first MiB and last 64 KiB
+    (a copy with another mtime, from rsync -a or tar, is the same report; a new run is not)."""
+    h = hashlib.sha256()
+    with open(rep_path, "rb") as f:
+        h.update(f.read(1 << 20))
+        size = os.fstat(f.fileno()).st_size
+        if size > (1 << 20):
+            f.seek(max(1 << 20, size - (64 << 10)))
+            h.update(f.read())
+    return {"size": size, "sha256": h.hexdigest()}
+
+
+def _read_mark(db: Path) -> dict | None:
+    """The report an export of labkit's was made from (its ``labkit_export`` table), or None for
+    a file labkit did not write."""
+    try:
+        con = sqlite3.connect(Path(db).resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            row = con.execute("SELECT report_size, report_sha256 FROM labkit_export").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return None
+    return {"report": {"size": row[0], "sha256": row[1]}} if row else None
+
+
+def _write_mark(db: Path, ident: dict, rep: Path) -> None:
+    """Say, inside the export itself, that labkit made it and from which report."""
+    con = sqlite3.connect(db)
+    try:
+        con.execute("CREATE TABLE IF NOT EXISTS labkit_export (report_name TEXT, report_size INTEGER, "
+                    "report_sha256 TEXT)")
+        con.execute("DELETE FROM labkit_export")
+        con.execute("INSERT INTO labkit_export VALUES (?, ?, ?)", (rep.name, ident["size"], ident["sha256"]))
+        con.commit()
+    finally:
+        con.close()
+
+
+def _failed_export(db: Path) -> bool:
+    """nsys's own remains of an unfinished export (StringIds, not the rest): replaceable."""
+    return "StringIds" in (_tables(db) or ()) and not export_is_complete(db)
+
+
+def _reusable(db: Path, rep: Path, ident: dict, version: str | None) -> bool:
+    mark = _read_mark(db) if db.is_file() else {"report": None}
+    if mark is not None:  # labkit's export: of this very report?
+        return mark.get("report") == ident and export_is_complete(db, version)
+    # nsys's own export (--export=sqlite, a committed pair): newer than the report and finished
+    return db.stat().st_mtime >= rep.stat().st_mtime and export_is_complete(db, version)
+
+
+def _cached(rep: Path) -> Path:
+    key = hashlib.sha1(str(rep.resolve()).encode()).hexdigest()[:12]
+    return export_cache_dir() / f"{rep.stem}-{key}.sqlite"
+
+
+def _failure_hint(rep: Path, status: int, output: str) -> str:
+    """Why nsys export failed, in the words a user can act on."""
+    if status < 0 or 128 < status < 160:
+        return f"nsys export {exit_reason(status)} before it finished (nothing was kept): run it again"
+    nospace = next((ln.strip() for ln in output.splitlines() if "No space left on device" in ln), None)
+    if nospace:
+        return f"the disk is full ({nospace}): free some space, or set TMPDIR to a folder with room"
+    size = rep.stat().st_size
+    with open(rep, "rb") as f:
+        head = f.read(4096)
+    if size == 0:
+        return f"{rep.name} is empty (0 bytes): it was never written; record it again"
+    if not _VERSION.search(head) and (not head or sum(32 <= b < 127 or b in (9, 10, 13) for b in head) > 0.95 * len(head)):
+        return f"{rep.name} is not an nsys report (it holds text): record it again or pass the right file"
+    return (f"{rep.name} is damaged or truncated ({size} bytes; a copy cut short?): copy it again, or "
+            f"record it again")
+
+
 def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, force: bool = False) -> Path:
-    """Export a ``.nsys-rep`` to ``.sqlite`` beside it, or into the per-user export cache when its
-    folder is read-only. A complete export newer than the report is reused; nsys writes to a
-    temporary file renamed into place, so a failed export never leaves a partial ``.sqlite``."""
+    """Export a ``.nsys-rep`` to ``.sqlite`` beside it; into the per-user export cache when its
+    folder is read-only or the ``.sqlite`` there is not labkit's (never written over).
+
+    An export is reused when it is of this very report (:func:`report_identity`, kept in its
+    ``labkit_export`` table), whatever the mtimes; nsys's own export (no sidecar) when newer
+    than the report. nsys writes to a temporary file renamed into place, so a failed export
+    never leaves a partial ``.sqlite``. Raises NsysError (one line with the cause and fix).
+    """
     rep_path = Path(rep_path)
-    db = rep_path.with_suffix(".sqlite")
-    if not os.access(rep_path.parent, os.W_OK) and not db.exists():
-        # a read-only folder (a shared or committed report): cache the export per user
-        key = hashlib.sha1(str(rep_path.resolve()).encode()).hexdigest()[:12]
-        db = export_cache_dir() / f"{rep_path.stem}-{key}.sqlite"
-    if (db.exists() and not force and db.stat().st_mtime >= rep_path.stat().st_mtime
-            and export_is_complete(db)):
+    ident, version = report_identity(rep_path), report_version(rep_path)
+    beside = rep_path.with_suffix(".sqlite")
+    if not force and _reusable(beside, rep_path, ident, version):
+        return beside
+    ours = not beside.exists() or _read_mark(beside) is not None or _failed_export(beside)
+    db = beside if ours and os.access(rep_path.parent, os.W_OK) else _cached(rep_path)
+    if db != beside and not force and _reusable(db, rep_path, ident, version):
         return db
     exe = _nsys_or_raise(nsys)
-    need = (16 << 20) + 10 * rep_path.stat().st_size  # an export is a few times its report
+    need = (16 << 20) + 10 * ident["size"]  # an export is a few times its report
     check_writable(db.parent, need_bytes=need, what="export the report into")
     tmp = db.with_name(f".{db.stem}.{os.getpid()}.partial.sqlite")
     argv = [exe, "export", "--type=sqlite", f"--output={tmp}", "--force-overwrite=true", str(rep_path)]
     t0 = time.monotonic()
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
-        if out.returncode != 0 or not tmp.exists() or not export_is_complete(tmp):
-            theirs, ours = report_version(rep_path), nsys_version(exe)
-            if theirs and ours and _major_minor(theirs) > _major_minor(ours):
-                mm = ".".join(map(str, _major_minor(theirs))), ".".join(map(str, _major_minor(ours)))
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=3600, preexec_fn=child_setup())
+        if out.returncode != 0 or not tmp.exists() or not export_is_complete(tmp, version):
+            ours_v = nsys_version(exe)
+            if version and ours_v and _major_minor(version) > _major_minor(ours_v):
+                mm = ".".join(map(str, _major_minor(version))), ".".join(map(str, _major_minor(ours_v)))
                 raise NsysError(f"{rep_path} was written by nsys {mm[0]}; the installed {mm[1]} cannot read it: "
                                 f"export it with a newer nsys, or pass the .sqlite")
             check_writable(db.parent, need_bytes=need, what="export the report into")  # a disk filled meanwhile
-            raise NsysError(f"nsys export of {rep_path} failed (status {out.returncode}); its output:\n"
-                            f"{_tail(out.stdout + out.stderr)}")
+            raise NsysError(f"nsys export of {rep_path} failed: {_failure_hint(rep_path, out.returncode, out.stdout + out.stderr)}")
+        _write_mark(tmp, ident, rep_path)
         os.replace(tmp, db)
     except OSError as exc:
         raise NsysNotFoundError(f"cannot run {exe} ({exc}): install nsys with scripts/install-nsys "
@@ -419,3 +462,38 @@ def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, 
     if progress:
         print(f"nsys export {rep_path.name}: {time.monotonic() - t0:.1f} s", flush=True)  # stdout: not an error
     return db
+
+
+_NOTE = "# labkit: "
+
+
+def _write_note(logf, rep: Path, status: int, interrupted: int) -> None:
+    """Record, as the log's last line, how the program ended (read by :func:`recording_notes`)."""
+    i = report_identity(rep)
+    logf.write(f"\n{_NOTE}exit_status={status} interrupted={interrupted} report={i['size']}:{i['sha256']}\n")
+    logf.flush()
+
+
+def recording_notes(rep_path) -> list[str]:
+    """Notes a report must carry about how it was recorded: the program was killed or failed, or
+    the run was interrupted, so the report covers only part of it. Read from the last line of
+    the log :func:`record` wrote beside it; empty for a whole run, a report labkit did not
+    record, or one replaced since."""
+    rep_path = Path(rep_path).with_suffix(".nsys-rep")
+    try:  # the log's last note, of this very report
+        lines = rep_path.with_suffix(".log").read_text(errors="replace").splitlines()
+        note = dict(kv.split("=", 1) for kv in next(x for x in reversed(lines) if x.startswith(_NOTE))
+                    [len(_NOTE):].split())
+        ident = report_identity(rep_path)
+    except (OSError, StopIteration, ValueError):
+        return []
+    if note.get("report") != f"{ident['size']}:{ident['sha256']}":
+        return []
+    notes = []
+    if int(note.get("interrupted", 0)):
+        notes.append("the run was interrupted (Ctrl-C): this report covers only the part before it")
+    status = int(note.get("exit_status", 0))
+    if status:
+        notes.append(f"the profiled program {exit_reason(status)}: this report covers only its run up to then, "
+                     f"not a whole run")
+    return notes

@@ -68,13 +68,29 @@ def _sidecar(video: Path) -> Path:
     return video.with_name(f".{video.name}.detect_video.json")
 
 
+def _write_sidecar(video: Path, record: dict) -> None:
+    side = _sidecar(video)
+    tmp = side.with_name(f"{side.name}.{os.getpid()}.tmp")
+    try:  # whole or not at all: a full disk never leaves an empty sidecar
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, side)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def claim_output(video: Path) -> None:
+    """Note, before writing starts, that this program is writing ``video``: a run stopped half-way
+    (a full disk, a kill) leaves a partial video the next run may replace, not one it must refuse."""
+    _write_sidecar(video, {"writing": True})
+
+
 def record_output(video: Path) -> None:
     """Note that this program wrote ``video`` (see the module docstring)."""
     try:
         st = video.stat()
-        _sidecar(video).write_text(json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns}))
     except OSError:
-        pass  # without the record, the next run asks for --overwrite: nothing is lost
+        return  # without the record, the next run asks for --overwrite: nothing is lost
+    _write_sidecar(video, {"size": st.st_size, "mtime_ns": st.st_mtime_ns})
 
 
 def _ours(path: Path, *, video: bool) -> bool:
@@ -82,6 +98,8 @@ def _ours(path: Path, *, video: bool) -> bool:
         return annotate.is_results_file(path)
     try:
         rec = json.loads(_sidecar(path).read_text())
+        if rec.get("writing"):  # a run of ours stopped while writing it
+            return True
         st = path.stat()
         return rec.get("size") == st.st_size and rec.get("mtime_ns") == st.st_mtime_ns
     except (OSError, ValueError, AttributeError):
@@ -132,6 +150,8 @@ def check_targets(cfg: Any) -> None:
         problem = target_problem(cfg, path, flag)
         if problem:
             raise PipelineError(problem, EXIT_USAGE)
+    if out is not None:
+        claim_output(out)
 
 
 def results_writable(cfg: Any) -> bool:

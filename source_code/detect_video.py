@@ -72,8 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except OSError as e:  # e.g. the disk filled up while writing
-        return fail(f"{first_line(e)}{f' ({e.filename})' if e.filename else ''}: free space or choose "
-                    "another folder", 1)
+        from source_code.backends.artifacts import default_cache_dir
+
+        cache = str(cfg.cache_dir or default_cache_dir())
+        where = ("free space there or pass another --cache-dir" if str(e.filename or "").startswith(cache)
+                 else "free space or choose another folder")
+        return fail(f"{first_line(e)}{f' ({e.filename})' if e.filename else ''}: {where}", 1)
     except Exception as e:  # noqa: BLE001 - never a traceback for the user
         if os.environ.get("LABKIT_DEBUG"):
             raise

@@ -421,8 +421,14 @@ def read_gt(path: str | Path) -> dict[int, np.ndarray]:
         if missing:
             raise ValueError(f"{path}: not a ground-truth file (missing columns {sorted(missing)})")
         for r in reader:
-            out.setdefault(int(r["frame"]), []).append(
-                [float(r["x1"]), float(r["y1"]), float(r["x2"]), float(r["y2"]), int(r["class_id"]), int(r["track_id"])])
+            try:
+                out.setdefault(int(r["frame"]), []).append([float(r["x1"]), float(r["y1"]), float(r["x2"]),
+                                                            float(r["y2"]), int(r["class_id"]), int(r["track_id"])])
+            except (TypeError, ValueError):  # a row cut short (None) or not numbers
+                raise ValueError(f"{path}, line {reader.line_num}: truncated or malformed ground-truth row: "
+                                 f"write the file again (or delete it)") from None
+    if not out:  # a header alone would score every track as missed: no accuracy, rather than a false one
+        raise ValueError(f"{path}: holds no ground-truth rows (a header only): write the file again (or delete it)")
     return {k: np.asarray(v, dtype=np.float64).reshape(-1, 6) for k, v in out.items()}
 
 

@@ -45,6 +45,32 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _seal_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.sha256")
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return f"{path.stat().st_size}:{h.hexdigest()}"
+
+
+def seal(path: Path) -> None:
+    """Record the size and SHA-256 of a cache artifact just written (a hidden ``.<name>.sha256``)."""
+    atomic_write_bytes(_seal_path(path), _digest(path).encode())
+
+
+def verified(path: Path) -> bool:
+    """Whether a cached artifact is the one this program wrote: its seal exists and its size and
+    SHA-256 match. A file swapped or truncated by someone else, or never sealed, is not reused."""
+    try:
+        return path.is_file() and _seal_path(path).read_text().strip() == _digest(path)
+    except OSError:
+        return False
+
+
 def ensure_onnx(model: torch.nn.Module, *, cache_dir: str | os.PathLike | None = None,
                 input_hw: Sequence[int] | None = None, opset: int = 17, fp16: bool = False) -> Path:
     """The model exported to ONNX (dynamic batch), cached as ``<cache>/<model_hash>-opset<N>[-fp16].onnx``.
@@ -57,13 +83,14 @@ def ensure_onnx(model: torch.nn.Module, *, cache_dir: str | os.PathLike | None =
     cache.mkdir(parents=True, exist_ok=True)
     mhash = model_hash(model, input_hw=hw)
     path = cache / f"{mhash}-opset{opset}{'-fp16' if fp16 else ''}.onnx"
-    if not path.exists():
+    if not verified(path):  # absent, or not the file this program wrote: export it again
         from labkit import annotate
 
         tmp = cache / f".{path.stem}.{os.getpid()}.onnx"
         with annotate.range("onnx_export"):
             export_onnx(model, tmp, input_hw=hw, opset=opset, metadata={"labkit.model_hash": mhash}, fp16=fp16)
         os.replace(tmp, path)
+        seal(path)
     return path
 
 
@@ -86,7 +113,7 @@ def ensure_int8_onnx(onnx_path: Path, *, calibration: CalibrationSettings, input
     if calibration.method not in methods:
         raise BackendUnavailable(f"unknown calibration method {calibration.method!r}: choose one of {', '.join(methods)}")
     out = cache_dir / f"{onnx_path.stem}-int8-{calibration.key()}.onnx"
-    if out.exists():
+    if verified(out):
         return out
     from labkit import annotate
 
@@ -111,8 +138,8 @@ def ensure_int8_onnx(onnx_path: Path, *, calibration: CalibrationSettings, input
             extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
         )
         os.replace(tmp, out)
+        seal(out)
     return out
-
 
 
 # Changes whenever build_engine builds differently, so cached engines are rebuilt.

@@ -1,0 +1,168 @@
+"""How labkit runs a child program, and what it reads from one that failed.
+
+One home for: the child's start (a sane umask, and a parent-death signal so that a killed Python
+process takes nsys or the application with it), the words for an exit status (a signal is named),
+and the program's own last lines in a log that nsys also wrote to (its progress bars dropped).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+from labkit.progress import bar as progress_bar
+
+__all__ = ["child_setup", "exit_reason", "program_lines", "last_error_line", "wait_with_progress",
+           "remove_stream_files", "process_reason", "UMASK"]
+
+UMASK = 0o022
+"""The umask every child runs with (nsys 2022.4 gives its program 0000: world-writable files)."""
+
+_PR_SET_PDEATHSIG = 1
+
+# lines nsys itself writes into the program's output
+_NSYS_LINE = re.compile(
+    r"^(?:# /|Generating '.*\.qdstrm'|\[\d+/\d+\] \[|Generated:|Collecting data|Processing events|"
+    r"Saving temporary|Creating final output|Report file (?:moved|saved)|WARNING: |Warning: |"
+    r"The target application terminated|Failed to create|Processing \[|Capture range|"
+    r"\s+/\S+\.(?:nsys-rep|qdrep|sqlite)$)")
+
+
+def child_setup(death_signal: int = signal.SIGTERM):
+    """A ``preexec_fn`` for ``subprocess.Popen``: umask 022, and ``death_signal`` delivered to the
+    child when the Python process that started it dies (Linux ``PR_SET_PDEATHSIG``; a no-op
+    elsewhere). nsys answers SIGTERM by stopping its program and ending."""
+    try:  # resolved here, in the parent: after fork the child only calls it (no dlopen, no lock)
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        prctl = None
+
+    def setup() -> None:
+        os.umask(UMASK)
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, int(death_signal), 0, 0, 0)
+    return setup
+
+
+def exit_reason(status: int) -> str:
+    """Words for a process's exit status: ``killed by SIGKILL (out of memory?)`` for a signal
+    (a negative status, or 128 + N as a shell or nsys passes it on), else ``exited with status N``."""
+    sig = -status if status < 0 else (status - 128 if 128 < status < 160 else 0)
+    if sig:
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        hint = " (out of memory? the kernel's OOM killer sends it)" if sig == signal.SIGKILL else ""
+        return f"was killed by {name}{hint}"
+    return f"exited with status {status}"
+
+
+def program_lines(output: str, lines: int = 15) -> str:
+    """The last ``lines`` lines the program wrote, with nsys's own lines (its command line,
+    progress bars, 'Generated:' and the report path) dropped."""
+    kept = [line.rstrip() for line in output.replace("\r", "\n").splitlines()
+            if line.strip() and not _NSYS_LINE.match(line)]
+    return "\n".join(kept[-lines:])
+
+
+def last_error_line(text: str) -> str | None:
+    """The error a program ended with: the exception line of its last Python traceback
+    (``ValueError: ...``, the first line after the frames that is not indented), else the last
+    line naming an error; None when there is none."""
+    rows = [line.rstrip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
+    for i in range(len(rows) - 1, -1, -1):
+        if rows[i].lstrip().startswith("Traceback (most recent call last)"):
+            indent = len(rows[i]) - len(rows[i].lstrip())
+            for r in rows[i + 1:]:
+                if len(r) - len(r.lstrip()) <= indent and not _NSYS_LINE.match(r):
+                    return r.strip()
+            return None
+    for r in reversed(rows):
+        if re.search(r"\berror\b", r, re.I) and not _NSYS_LINE.match(r):
+            return r.strip()
+    return None
+
+
+def process_reason(status: int, output: str, who: str = "the application") -> str:
+    """``the application was killed by SIGKILL (...)`` / ``... exited with status 2: ValueError: ...``:
+    how a process ended and the last error it printed itself (a traceback's last line)."""
+    err = last_error_line(output)
+    return f"{who} {exit_reason(status)}" + (f": {err}" if err else "")
+
+
+def remove_stream_files(output: str, outdir: Path) -> None:
+    """Delete the temporary ``/tmp/nsys-report-*.qdstrm`` that nsys named in its output and left
+    behind (it does when stopped while importing); a .qdstrm beside the report is kept."""
+    for name in re.findall(r"Generating '([^']+\.qdstrm)'", output):
+        path = Path(name)
+        if path.name.startswith("nsys-report-") and path.parent.resolve() != outdir.resolve():
+            path.unlink(missing_ok=True)
+
+
+def wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> int:
+    """Wait for nsys; returns how many times it was interrupted (0, 1, 2). Ctrl-C (or a Jupyter
+    interrupt) hands nsys one SIGINT, on which it stops the program and writes the report; a
+    second Ctrl-C kills nsys, its agent and the program, and deletes the agent's .qdstrm. Every
+    process nsys started is ended before this returns."""
+    import psutil
+
+    bar = progress_bar(label, enabled=progress, bar_format="{desc}: {elapsed}")  # disabled: no-ops
+    interrupted, doomed, streams = 0, [], []
+    try:
+        while proc.poll() is None:
+            try:
+                proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                bar.refresh()
+            except KeyboardInterrupt:
+                interrupted += 1
+                doomed += _session(proc)
+                if interrupted == 1:
+                    proc.send_signal(signal.SIGINT)
+                    continue
+                for p in doomed:  # the second Ctrl-C: give up the report
+                    with contextlib.suppress(psutil.Error):
+                        streams += [f.path for f in p.open_files() if f.path.endswith(".qdstrm")]
+                proc.kill()
+    finally:
+        bar.close()
+    # the program runs in its own session under nsys: make sure nothing outlives an interrupted run
+    if interrupted == 1:
+        doomed = [p for p in doomed if "--start-agent" not in _cmdline(p)]  # it ends once the report is written
+    alive = [p for p in doomed if p.is_running()]
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(alive, timeout=5)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    for path in streams:
+        Path(path).unlink(missing_ok=True)
+    return interrupted
+
+
+def _cmdline(p) -> str:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return " ".join(p.cmdline())
+    return ""
+
+
+def _session(proc: subprocess.Popen) -> list:
+    """nsys's processes: its children, and the agent it starts apart (named after nsys's pid)."""
+    import psutil
+
+    found = []
+    with contextlib.suppress(psutil.Error):
+        found = psutil.Process(proc.pid).children(recursive=True)
+    for p in psutil.process_iter():
+        if re.search(rf"--session-name=profile-\S*-{proc.pid}(\s|$)", _cmdline(p)):
+            found.append(p)
+    return found

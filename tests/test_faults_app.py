@@ -1,0 +1,87 @@
+"""Issue 25's faults in the application, tried for real: a swapped model in the cache, ground
+truth with a truncated row or only a header, a disk that fills while the output video is written
+(a real tmpfs), then freed. Real clips, the real detector at 96x160, real ONNX export."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from faultkit import fill, mount  # noqa: F401 (fixtures)
+
+from source_code.detect_video import main
+from source_code.scenes import SceneConfig, gt_path_for, make_video, read_gt
+
+FAST = ["--input-hw", "96x160", "--device", "cpu", "--warmup", "0", "--frames", "4"]
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    d = tmp_path_factory.mktemp("clips")
+    video, _ = make_video(d / "clip.mp4", seconds=0.6, config=SceneConfig(seed=41, width=320, height=192, fps=10))
+    return video
+
+
+def test_a_swapped_model_in_the_cache_is_not_reused(tmp_path):
+    import torch
+
+    from source_code.backends.artifacts import ensure_onnx
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x):
+            return self.conv(x)
+
+    model = Tiny().eval()
+    path = ensure_onnx(model, cache_dir=tmp_path, input_hw=(32, 32))
+    good = path.read_bytes()
+    path.write_bytes(b"another user's model")  # a world-writable cache, swapped
+    again = ensure_onnx(model, cache_dir=tmp_path, input_hw=(32, 32))
+    assert again == path and again.read_bytes() != b"another user's model" and len(again.read_bytes()) == len(good)
+
+
+@pytest.mark.parametrize("cut", ["truncated", "header-only"])
+def test_broken_ground_truth_is_named_not_scored(clip, tmp_path, cut):
+    video = tmp_path / "clip.mp4"
+    shutil.copy(clip, video)
+    lines = gt_path_for(clip).read_text().splitlines()
+    gt = gt_path_for(video)
+    gt.write_text("\n".join(lines[:1] if cut == "header-only" else lines[:5] + [lines[5].split(",")[0] + ",12"])
+                  + "\n")
+    with pytest.raises(ValueError) as err:
+        read_gt(gt)
+    assert str(gt) in str(err.value) and "\n" not in str(err.value)
+    results = tmp_path / "r.json"
+    assert main([*FAST, "--cache-dir", str(tmp_path / "cache"), "--input", str(video), "--results", str(results)]) == 0
+    import json
+
+    doc = json.loads(results.read_text())
+    assert doc["accuracy"]["mota"] is None and any(str(gt) in w for w in doc["warnings"])
+
+
+def test_a_disk_that_filled_while_writing_the_video_does_not_block_later_runs(tmp_path, mount, capsys):
+    import threading
+    import time
+
+    clip, _ = make_video(tmp_path / "long.mp4", seconds=4, config=SceneConfig(seed=43, width=320, height=192, fps=10))
+    disk = mount("3m")
+    out = disk / "out.mp4"
+    args = [*FAST, "--cache-dir", str(tmp_path / "cache"), "--input", str(clip), "--output", str(out), "--frames", "40"]
+
+    def fill_once_writing():  # another user's download fills the disk while the video is written
+        t0 = time.monotonic()
+        while not out.exists() and time.monotonic() - t0 < 120:
+            time.sleep(0.005)
+        fill(disk)
+
+    filler = threading.Thread(target=fill_once_writing)
+    filler.start()
+    main(args)  # OpenCV's writer ignores a full disk: the run may end ok, with a short video
+    filler.join()
+    capsys.readouterr()
+    os.unlink(disk / "filler")  # space freed: the next run replaces its own partial video
+    assert main(args) == 0, capsys.readouterr().err
