@@ -114,10 +114,14 @@ class StatsSink:
         lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
         return [round(lo, 4), round(hi, 4)] if math.isfinite(lo) and math.isfinite(hi) else None
 
+    def held_frames(self) -> int:
+        """Frames in flight: what the queues can hold (``capacity_frames``), or more when more were
+        measured in flight as the window opened (``carried_frames``)."""
+        return max(self.capacity_frames or 0, self.carried_frames)
+
     def too_short(self) -> bool:
-        """True when the queues can hold more than ``THROUGHPUT_RULE`` of the timed frames."""
-        cap = self.capacity_frames or 0
-        return not self.timed_frames or cap > THROUGHPUT_RULE * self.timed_frames
+        """True when the frames in flight exceed ``THROUGHPUT_RULE`` of the timed frames."""
+        return not self.timed_frames or self.held_frames() > THROUGHPUT_RULE * self.timed_frames
 
     def figures(self) -> dict:
         """frames, timed_frames, carried_frames, warmup_frames, seconds, fps, fps_ci95,
@@ -144,9 +148,10 @@ class StatsSink:
         """The warning of a run too short to measure throughput, or None."""
         if not self.too_short() or not self.t_end:
             return None
-        return (f"too short to measure throughput: the queues can hold {self.capacity_frames} frames, more than "
+        held = self.held_frames()
+        return (f"too short to measure throughput: the queues hold {held} frames, more than "
                 f"{THROUGHPUT_RULE:.0%} of the {self.timed_frames} timed frames (Little's law); run at least "
-                f"{math.ceil((self.capacity_frames or 0) / THROUGHPUT_RULE) + (self.frames - self.timed_frames)} frames")
+                f"{math.ceil(held / THROUGHPUT_RULE) + (self.frames - self.timed_frames)} frames (--frames)")
 
 
 def stage_ms(summary: dict, timed_frames: int) -> dict:

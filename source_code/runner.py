@@ -41,17 +41,19 @@ def use_device(device):
     return device
 
 
-def capacity_frames(muxer: Muxer, n_stages: int, *, queued: bool, queue_size: int) -> int:
-    """Frames a run can hold at once between reading a frame and finishing it (Little's law's L
-    at most): with decoder threads, per source its queue (``Muxer``) plus the frame its blocked
-    decoder holds; the batch being assembled; queued, also the ``n_stages + 1`` queues of
-    ``queue_size`` batches and the batch in each stage's hands."""
+def capacity_frames(muxer: Muxer, stage_names: list[str], *, queued: bool, queue_size: int) -> int:
+    """Frames a run holds between reading a frame and the end of ``infer`` when ``infer`` is the
+    slowest stage, as its queues fill ahead of it (Little's law's L; as ``labbook.latency``'s
+    ``frames_held``): with decoder threads, per source its queue (``Muxer``) plus the frame its
+    blocked decoder holds; the batch being assembled; queued, also the queue before each stage up
+    to ``infer`` (``queue_size`` batches each) and the batch in each of those stages' hands."""
     b = muxer.batch_size
     held = b
     if muxer.threaded:
         held += sum(q.maxsize + 1 for q in muxer.queues)
-    if queued and n_stages:
-        held += b * ((n_stages + 1) * queue_size + n_stages)
+    if queued and stage_names:
+        upto = stage_names.index("infer") + 1 if "infer" in stage_names else len(stage_names)
+        held += b * upto * (queue_size + 1)
     return held
 
 
@@ -63,7 +65,7 @@ def _tell_capacity(sink, frames: int) -> None:
 def run_sync(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None], *, device=None) -> None:
     """Run every stage in this thread, batch after batch."""
     use_device(device)
-    _tell_capacity(sink, capacity_frames(muxer, len(stages), queued=False, queue_size=0))
+    _tell_capacity(sink, capacity_frames(muxer, [n for n, _ in stages], queued=False, queue_size=0))
     while True:
         if muxer.threaded:
             b = muxer()
@@ -82,7 +84,7 @@ def run_queued(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None], *,
                queue_size: int, device=None) -> None:
     """Run each stage in its own thread, connected by bounded queues; re-raise the first error."""
     device = use_device(device)  # resolved here: a bare "cuda" means this thread's device, not 0
-    _tell_capacity(sink, capacity_frames(muxer, len(stages), queued=True, queue_size=queue_size))
+    _tell_capacity(sink, capacity_frames(muxer, [n for n, _ in stages], queued=True, queue_size=queue_size))
     errors: list[BaseException] = []
     stop = threading.Event()
     qs = [queue.Queue(maxsize=queue_size) for _ in range(len(stages) + 1)]
