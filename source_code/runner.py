@@ -41,19 +41,28 @@ def use_device(device):
     return device
 
 
-def capacity_frames(muxer: Muxer, stage_names: list[str], *, queued: bool, queue_size: int) -> int:
-    """Frames a run holds between reading a frame and the end of ``infer`` when ``infer`` is the
-    slowest stage, as its queues fill ahead of it (Little's law's L; as ``labbook.latency``'s
-    ``frames_held``): with decoder threads, per source its queue (``Muxer``) plus the frame its
-    blocked decoder holds; the batch being assembled; queued, also the queue before each stage up
+def frames_held(*, batch: int, queue_size: int, streams: int = 1, queued: bool, threaded: bool,
+                upto: int = 2) -> int:
+    """Frames a run holds between reading a frame and the end of the detector when the detector
+    is the slowest stage, as its queues fill ahead of it (Little's law's L): with decoder threads,
+    per source its queue (``Muxer``: max(2, queue_size x batch)) plus the frame its blocked decoder
+    holds; the batch being assembled; queued, also the queue before each of the ``upto`` stages up
     to ``infer`` (``queue_size`` batches each) and the batch in each of those stages' hands."""
-    b = muxer.batch_size
-    held = b
+    held = batch
+    if threaded:
+        held += streams * (max(2, queue_size * batch) + 1)
+    if queued:
+        held += batch * upto * (queue_size + 1)
+    return held
+
+
+def capacity_frames(muxer: Muxer, stage_names: list[str], *, queued: bool, queue_size: int) -> int:
+    """:func:`frames_held` of this muxer and these stages."""
+    upto = stage_names.index("infer") + 1 if "infer" in stage_names else len(stage_names)
+    held = frames_held(batch=muxer.batch_size, queue_size=queue_size, queued=queued and bool(stage_names),
+                       threaded=False, upto=upto)
     if muxer.threaded:
         held += sum(q.maxsize + 1 for q in muxer.queues)
-    if queued and stage_names:
-        upto = stage_names.index("infer") + 1 if "infer" in stage_names else len(stage_names)
-        held += b * upto * (queue_size + 1)
     return held
 
 
