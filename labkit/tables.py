@@ -211,16 +211,16 @@ def compare(new, old, *, metric: str = "fps") -> str:
         ``"'b': 25.00 frames/s against 10.00 for 'a': 2.50x (150% faster); ..."``, or
         ``"No comparison: ..."`` naming the row that has no figure and why.
     """
+    if new.get("above_decode_ceiling") is True:
+        return (f"No comparison: step '{new.get('step')}' measured {float(new['fps']):.2f} frames/s, above what "
+                f"decoding alone reaches here ({float(new.get('decode_ceiling_fps')):.2f}): the figure counts work "
+                "done outside its window, not a speed-up.")
     for row in (new, old):
         status, value = row.get("status"), row.get(metric)
         if (isinstance(status, str) and status != "ok") or value is None or pd.isna(value):
             why = row.get("reason") if isinstance(row.get("reason"), str) else f"it has no {metric}"
             verb = {"skipped": "was not run here", "failed": "failed here"}.get(status, "has no figure")
             return f"No comparison: step '{row.get('step')}' {verb}: {why}."
-    if new.get("above_decode_ceiling") is True:
-        return (f"No comparison: step '{new.get('step')}' measured {float(new[metric]):.2f} frames/s, above what "
-                f"decoding alone reaches here ({float(new.get('decode_ceiling_fps')):.2f}): the figure counts work "
-                "done outside its window, not a speed-up.")
     unit = "frames/s" if metric == "fps" else metric
     ratio = float(new[metric]) / float(old[metric])
     if lower_is_better(metric):
