@@ -376,11 +376,26 @@ def speedup_table(source, *, baseline: str = "baseline", metric: str = "fps",
                         notes=notes, caption=caption_of(latest, machines))
 
 
-def class_view(folder, **kw) -> SpeedupTable:
-    """Every participant's ledger under ``folder``, one column per host: :func:`labkit.tables_view.class_view`."""
-    from labkit.tables_view import class_view as view
+def class_view(folder, *, metric: str = "fps", baseline: str = "baseline", exercises: bool = False) -> SpeedupTable:
+    """The class's speed-up table: every ``*.jsonl`` ledger under ``folder`` (one per participant,
+    e.g. ``class/alice.jsonl`` or ``class/alice/ledger.jsonl``), one column per host (the row's
+    ``env.host``; a host name two ledgers share gets the ledger's name after it).
 
-    return view(folder, **kw)
+    Raises:
+        SpeedupTableError: the folder does not exist or holds no ledger row.
+    """
+    from labkit.tables_view import class_frame
+
+    root = Path(folder)
+    if not root.is_dir():
+        raise SpeedupTableError(f"{root} is not a folder: give the shared folder the participants copy their "
+                                "reports/ledger.jsonl into (one file or sub-folder each)")
+    files = sorted(root.rglob("*.jsonl"), key=str)
+    df = class_frame(root, files)
+    if df.empty:
+        raise SpeedupTableError(f"no ledger row in a *.jsonl under {root}: ask each participant to copy "
+                                "reports/ledger.jsonl there as <name>.jsonl")
+    return speedup_table(df, metric=metric, baseline=baseline, exercises=exercises)
 
 
 def cli_table(argv: list[str]) -> int:
@@ -405,8 +420,6 @@ def cli_table(argv: list[str]) -> int:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             if args.class_dir is not None:
-                from labkit.tables_view import class_view
-
                 table = class_view(args.class_dir, metric=args.metric, baseline=args.baseline, exercises=args.exercises)
             else:
                 table = speedup_table(args.path, baseline=args.baseline, metric=args.metric, machines=args.machines,

@@ -11,9 +11,9 @@ in :data:`MODE_NOTES`, what it is (small mode: a rehearsal). A step whose frames
 decode-only ceiling (``above_decode_ceiling``) reads "above decode ceiling" where its speed-up
 would be; a run too short to measure throughput (``too_short``) carries "(too short)".
 
-The class view (:func:`class_view`, ``python -m labkit table --class DIR``): every participant's
-ledger from one shared folder, one column per host (not per machine model: 30 identical VMs stay
-30 columns).
+The class view (:func:`class_frame`, used by :func:`labkit.tables.class_view` and ``python -m
+labkit table --class DIR``): every participant's ledger from one shared folder, one column per host
+(not per machine model: 30 identical VMs stay 30 columns).
 """
 from __future__ import annotations
 
@@ -184,25 +184,11 @@ def styled(table, *, provenance: bool = False):
     ])
 
 
-def class_view(folder, *, metric: str = "fps", baseline: str = "baseline", exercises: bool = False):
-    """The class's speed-up table: every ``*.jsonl`` ledger under ``folder`` (one per participant,
-    e.g. ``class/alice.jsonl`` or ``class/alice/ledger.jsonl``), one column per host (the row's
-    ``env.host``; a host name two ledgers share gets the ledger's name after it).
-
-    Raises:
-        SpeedupTableError: the folder does not exist or holds no ledger.
-    """
+def class_frame(root: Path, files: Sequence[Path]) -> pd.DataFrame:
+    """The rows of every participant's ledger, ``machine`` replaced by the row's ``env.host`` (a host
+    name two ledgers share gets the ledger's name after it); empty when every ledger is."""
     from labkit.ledger import Ledger, frame_of
-    from labkit.tables import SpeedupTableError, speedup_table
 
-    root = Path(folder)
-    if not root.is_dir():
-        raise SpeedupTableError(f"{root} is not a folder: give the shared folder the participants copy their "
-                                "reports/ledger.jsonl into (one file or sub-folder each)")
-    files = sorted(root.rglob("*.jsonl"), key=str)
-    if not files:
-        raise SpeedupTableError(f"no *.jsonl ledger under {root}: ask each participant to copy reports/ledger.jsonl "
-                                f"there as <name>.jsonl")
     frames = []
     for f in files:
         df = frame_of(Ledger(f).rows())
@@ -213,9 +199,9 @@ def class_view(folder, *, metric: str = "fps", baseline: str = "baseline", exerc
         df["_who"] = str(f.relative_to(root).with_suffix(""))
         frames.append(df)
     if not frames:
-        raise SpeedupTableError(f"every ledger under {root} is empty")
+        return pd.DataFrame()
     df = pd.concat(frames, ignore_index=True)
     owners = df.groupby("machine")["_who"].nunique()
     shared = set(owners[owners > 1].index)
     df["machine"] = [f"{h} ({w})" if h in shared else h for h, w in zip(df["machine"], df["_who"])]
-    return speedup_table(df.drop(columns="_who"), metric=metric, baseline=baseline, exercises=exercises)
+    return df.drop(columns="_who")

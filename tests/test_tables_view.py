@@ -11,7 +11,8 @@ import pandas as pd
 from labkit import speedup_table
 from labkit.ledger import Ledger
 from labkit.tables import cli_table, compare, latest_rows
-from labkit.tables_view import ABOVE, class_view
+from labkit.tables import class_view
+from labkit.tables_view import ABOVE
 
 VM = {"gpu": None, "cpu": "Intel(R) Xeon(R) Processor", "host": "vm-01"}
 SHA = "0123456789abcdef0123456789abcdef01234567"
