@@ -5,7 +5,13 @@
     t.frame                                # numbers, index = step
     print(t.to_markdown())
 
-Command line: ``python -m labkit table [PATH] [--metric fps] [--baseline baseline] [--exercises]``.
+Command line: ``python -m labkit table [PATH] [--metric fps] [--baseline baseline] [--exercises]
+[--provenance]``; the class view (every participant's ledger in one folder, one column per host):
+``python -m labkit table --class DIR`` or :func:`class_view`.
+
+Rendering (:mod:`labkit.tables_view`): short headers with the machine(s) and mode(s) in a caption
+(small mode: "a rehearsal"), spreads as ``±`` (from the rows' ``fps_ci_low``/``fps_ci_high``),
+"(too short)" and "above decode ceiling" notes; a styled HTML table in JupyterLab.
 
 Rules:
 
@@ -14,7 +20,8 @@ Rules:
 - When a step ran several times on one machine, the **latest** row that has the metric counts:
   greatest ``time``, ties going to the later line. Earlier rows stay in the ledger for history.
 - Rows whose ``status`` is ``"flagged"`` (bench flags runs whose results file was not ok) are
-  left out with a :class:`SpeedupWarning`; ``"skipped"`` and ``"failed"`` rows (steps that did
+  left out with a :class:`SpeedupWarning`, except those flagged only for lying above the decode
+  ceiling (``above_decode_ceiling``): they stay, with "above decode ceiling" for a speed-up (NaN); ``"skipped"`` and ``"failed"`` rows (steps that did
   not run; they carry no figures) are left out quietly; rows without a status count.
 - Rows of ``kind`` ``"exercise"`` are left out unless ``exercises=True``.
 - Where rows say what each step builds on (``builds_on``, or the ``builds_on=`` mapping), the
