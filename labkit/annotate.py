@@ -350,7 +350,7 @@ OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
     #                       fps, latency_ms, stages, status
     # the timed window (THROUGHPUT); absent from files written before they existed
     "carried_frames": (int,),  # read before the window opened, finished inside it, not counted
-    "fps_ci95": (list, type(None)),  # [low, high]: bootstrap 95 % interval of fps over the timed batches
+    "fps_ci95": (list, type(None)),  # [low, high]: bootstrap 95 % interval of fps over blocks of timed batches
     "capacity_frames": (int, type(None)),  # frames the queues hold up to the detector (Little's law's L)
     "too_short": (bool,),  # frames in flight > 10 % of timed_frames: "too short to measure throughput"
 }

@@ -23,6 +23,9 @@ def warmup_batches(warmup_frames: int, batch_size: int, total_frames: int, warni
     return n
 
 
+CI_BLOCKS = 12
+"""Blocks of consecutive batches the fps interval resamples (a block bootstrap: batches next to
+each other share the machine's load, so they are not independent)."""
 THROUGHPUT_RULE = 0.10
 """Little's law: a run measures throughput only when the frames its queues and stages can hold at
 once (``capacity_frames``) are at most this share of its timed frames."""
@@ -94,9 +97,10 @@ class StatsSink:
         return self._open() + to_epoch, self.t_end + to_epoch
 
     def fps_ci95(self) -> list[float] | None:
-        """Bootstrap 95 % interval of the frames per second over the timed batches (each batch:
-        the frames it counted and the time since the previous one; scipy.stats.bootstrap, BCa),
-        or None with fewer than 3 timed batches."""
+        """Bootstrap 95 % interval of the frames per second over the timed window (scipy.stats.bootstrap,
+        percentile): the batches are cut into up to ``CI_BLOCKS`` consecutive blocks (frames counted,
+        seconds taken), resampled as pairs, so that slow drifts (another process taking the CPU for a
+        while) widen the interval as they should; None with fewer than 3 timed batches."""
         if len(self.batches) < 3:
             return None
         frames = np.array([f for f, _ in self.batches], dtype=float)
@@ -104,6 +108,9 @@ class StatsSink:
         gaps = np.diff(ends) / 1e9
         if gaps.sum() <= 0 or frames.sum() <= 0:
             return None
+        blocks = np.array_split(np.arange(len(frames)), min(CI_BLOCKS, len(frames)))
+        frames = np.array([frames[b].sum() for b in blocks])
+        gaps = np.array([gaps[b].sum() for b in blocks])
         from scipy.stats import bootstrap
 
         def rate(f, g, axis=-1):
