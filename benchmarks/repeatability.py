@@ -2,7 +2,9 @@
 
 Runs source_code/detect_video.py REPEATS times with the same flags through ``labkit.bench.run``,
 appends the result to a ledger and prints each run's frames/s, the medians and the spread
-((max - min) / median) of fps and latency p50/p99.
+((max - min) / median) of fps and latency p50/p99, and the 95 % bootstrap interval of fps over the
+repeats and over each run's batches (+-% of the median: a mode's frames and repeats should keep a
+typical step within +-15 %).
 
     python benchmarks/repeatability.py [--input CLIP] [--repeats 3] [--frames 60] [--warmup 10]
         [--batch-size 4] [--device cpu] [--out reports/repeatability] [-- EXTRA APP FLAGS]
@@ -58,11 +60,31 @@ def main(argv: list[str] | None = None) -> int:
     for m in bench.HEADLINE:
         key = "spread" if m == "fps" else f"spread_{m}"
         print(f"{m:>15}: median {r.metrics[m]:9.2f}  spread {r.metrics[key]:6.1%}")
+    _intervals(r)
     print(f"ledger: {ledger.path} (line {row['line']}); results: {args.out / 'results'}")
     if not r.ok:
         print("FLAGGED: " + "; ".join(r.flags), file=sys.stderr)
         return 1
     return 0
+
+
+def _intervals(r) -> None:
+    """The 95 % interval of fps the ledger row carries, and each run's own (over its batches), as
+    +-% of the median: the figure a mode's frames and repeats must keep within +-15 %."""
+    from labkit import annotate
+    from labkit.bench_truth import bootstrap_ci
+
+    fps = r.metrics["fps"]
+    ci = bootstrap_ci(list(r.repeats["fps"]))
+    if ci:
+        print(f"95 % interval over {len(r.repeats)} repeats: {ci[0]:.2f} to {ci[1]:.2f} frames/s "
+              f"(+-{max(ci[1] - fps, fps - ci[0]) / fps:.1%} of the median)")
+    for i, p in enumerate(r.results_paths, 1):
+        doc = annotate.read_results(p)
+        lo, hi = doc.get("fps_ci95") or (float("nan"), float("nan"))
+        print(f"run {i}: {doc['timed_frames']} timed frames, {doc['fps']:.2f} frames/s, 95 % interval over its "
+              f"batches {lo:.2f} to {hi:.2f} (+-{max(hi - doc['fps'], doc['fps'] - lo) / doc['fps']:.1%}); "
+              f"too short: {doc.get('too_short')}")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ __all__ = [
     "RESULTS_SCHEMA",
     "RESULTS_SCHEMA_VERSION",
     "RESULTS_FIELDS",
+    "THROUGHPUT",
     "OPTIONAL_FIELDS",
     "FAILED_FIELDS",
     "ResultsError",
@@ -312,17 +313,29 @@ of the previous one would misread a file; optional fields (``OPTIONAL_FIELDS``) 
 new version: an older reader ignores them and reads the other fields right."""
 
 _OPT_NUM = (int, float, type(None))
+THROUGHPUT = (
+    "fps is steady-state throughput: timed_frames / seconds, over a window that opens when the last "
+    "warm-up batch completes (or the run starts) and closes when the last batch completes, counting only "
+    "frames read from their source inside that window; frames read before it and still queued when it "
+    "opened (carried_frames) are finished inside it but not counted, so no work done before the window "
+    "counts. A run is long enough to measure throughput only when the frames in flight (capacity_frames, "
+    "what its queues hold up to the detector, or carried_frames if more) are at most 10 % of timed_frames "
+    "(Little's law); otherwise too_short is true and a warning says 'too short to measure throughput'.")
+"""The one definition of a results file's throughput (``fps``); readers quote it, never restate it."""
 RESULTS_FIELDS: dict[str, tuple[type, ...]] = {
     "status": (str,),  # "ok" or "partial" (frames so far kept)
     "frames": (int,),  # frames processed, every stream, warm-up included
-    "timed_frames": (int,),  # frames after warm-up
-    "warmup_frames": (int,),
-    "seconds": _OPT_NUM,  # wall time of the timed frames, s
-    "fps": _OPT_NUM,  # timed_frames / seconds, frames/s
+    "timed_frames": (int,),  # frames read from their source inside the timed window (THROUGHPUT)
+    "warmup_frames": (int,),  # frames - timed_frames: warm-up, and frames carried into the window
+    "seconds": _OPT_NUM,  # length of the timed window, s
+    "fps": _OPT_NUM,  # timed_frames / seconds, frames/s: see THROUGHPUT
     "stages": (dict,),  # {stage: ms per timed frame or None}
     "stage_detail": (dict,),  # {stage: {count, total_ms, mean_ms, items, ms_per_item, cuda_ms}}
     "latency_ms": (dict,),  # {"p50": ms or None, "p99": ms or None}, decode start to the end of display
-    "accuracy": (dict,),  # {"map50", "mota", "idf1", "hota": float or None, "note": str, ...}
+    "accuracy": (dict,),  # {"map50", "mota", "idf1", "hota": float or None, "note": str, ...}; map50 (like
+    #                       MOTA/IDF1/HOTA) scores every frame's output boxes (tracks, each carrying its last
+    #                       detection's score); "map50_detected" scores the detector's boxes on the
+    #                       "detected_frames" it ran on
     "config": (dict,),  # the run's options, plus device_resolved, input_hw, output, ...
     "model": (dict, type(None)),  # weights, params_m, gflops_per_frame; None when no model ran (decode only)
     "output_frames": (int,),  # frames written to the output video
@@ -335,6 +348,11 @@ OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
     "ranks": (int,),  # processes (ranks) that ran
     "per_rank": (list,),  # one dict per rank: rank, host, device, inputs, frames, timed_frames, seconds,
     #                       fps, latency_ms, stages, status
+    # the timed window (THROUGHPUT); absent from files written before they existed
+    "carried_frames": (int,),  # read before the window opened, finished inside it, not counted
+    "fps_ci95": (list, type(None)),  # [low, high]: bootstrap 95 % interval of fps over blocks of timed batches
+    "capacity_frames": (int, type(None)),  # frames the queues hold up to the detector (Little's law's L)
+    "too_short": (bool,),  # frames in flight > 10 % of timed_frames: "too short to measure throughput"
 }
 """Fields that a finished run's results file may carry, checked when present."""
 FAILED_FIELDS: dict[str, tuple[type, ...]] = {"status": (str,), "error": (str,), "config": (dict,)}

@@ -26,6 +26,7 @@ from labkit.bench_core import (HEADLINE, RESULT_FIELDS, BenchError, BenchWarning
                                spread, with_flag)
 from labkit.bench_core import _check_ledger, _repeat_record
 from labkit.bench_parallel import run_parallel
+from labkit.bench_truth import CEILING, check_ceiling, find_ceiling, measured_figures, provenance
 from labkit.ledger import not_run
 
 __all__ = ["run", "sweep", "run_parallel", "Result", "BenchError", "BenchWarning", "read_results",
@@ -37,7 +38,8 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
         profile_dir: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
         timeout: float | None = None, name: str | None = None, progress: bool = True,
         capture_range: str | None = None, config: Mapping | None = None,
-        labels: Mapping | None = None, launcher: str | None = None, nproc: int | None = None) -> Result:
+        labels: Mapping | None = None, launcher: str | None = None, nproc: int | None = None,
+        mode: str | None = None) -> Result:
     """Run the application ``repeats`` times and summarize (medians, spread).
 
     Args:
@@ -71,6 +73,11 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
             PyTorch's launcher (:func:`labkit.bench_core.launch`); rank 0's one results file
             gives the aggregate fps, and ``config`` records ``ranks: N``. The profiled run is
             then one nsys report per rank (:func:`labkit.ranks_profile.profile_ranks`).
+        mode: the run mode recorded in the row's ``provenance.mode`` (default ``$LABKIT_MODE``).
+            Every row also records ``provenance.commit``/``dirty``/``labkit``, the interval
+            ``fps_ci_low``/``fps_ci_high`` (``fps_ci_over``), ``too_short``, and, once a
+            ``labels={"ceiling": "decode"}`` row of this host and mode is in the ledger, the
+            decode ceiling check (:mod:`labkit.bench_truth`).
     Returns:
         :class:`Result`. A results file whose ``status`` is not ``"ok"`` (or has no fps) flags the
         result: :attr:`Result.flags` says why, a :class:`BenchWarning` is issued, and the ledger
@@ -109,13 +116,31 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
             bar.update()
     frame = pd.DataFrame(rows)
     flags = _flags(frame)
-    _warn_flags(step, flags)
+    metrics = {**_summarize(frame), **measured_figures(frame, {})}
     ranks = {"ranks": nproc, "launcher": launcher} if launcher else {}
-    result = Result(step=step, name=name, command=tuple(_argv(command)), config={**_config(config, cmd, warmup), **ranks},
-                    repeats=frame, metrics=_summarize(frame), profile=profile_path, flags=tuple(flags),
-                    labels=dict(labels or {}))
-    _append(ledger, result.record())
+    config = {**_config(config, cmd, warmup), **ranks}
+    prov = provenance(cmd, mode)
+    draft = {**dict(labels or {}), "provenance": prov, "flags": flags, "metrics": metrics}
+    ceiling = _ceiling(ledger, prov["mode"]) if (labels or {}).get("ceiling") != CEILING else None
+    checked = check_ceiling(draft, ceiling)
+    metrics, flags = checked["metrics"], checked["flags"]
+    _warn_flags(step, flags)
+    result = Result(step=step, name=name, command=tuple(_argv(command)), config=config, repeats=frame,
+                    metrics=metrics, profile=profile_path, flags=tuple(flags), labels=dict(labels or {}))
+    _append(ledger, {**result.record(), "provenance": prov})
     return result
+
+
+def _ceiling(ledger, mode):
+    """The ledger's latest decode-ceiling row of this host and mode, or None."""
+    if ledger is None:
+        return None
+    import socket
+
+    from labkit.ledger import Ledger
+
+    rows = (ledger if isinstance(ledger, Ledger) else Ledger(ledger)).rows()
+    return find_ceiling(rows, host=socket.gethostname(), mode=mode)
 
 
 def sweep(command, param: str, values: Sequence, *, step: str, progress: bool = True,

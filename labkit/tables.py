@@ -5,7 +5,13 @@
     t.frame                                # numbers, index = step
     print(t.to_markdown())
 
-Command line: ``python -m labkit table [PATH] [--metric fps] [--baseline baseline] [--exercises]``.
+Command line: ``python -m labkit table [PATH] [--metric fps] [--baseline baseline] [--exercises]
+[--provenance]``; the class view (every participant's ledger in one folder, one column per host):
+``python -m labkit table --class DIR`` or :func:`class_view`.
+
+Rendering (:mod:`labkit.tables_view`): short headers with the machine(s) and mode(s) in a caption
+(small mode: "a rehearsal"), spreads as ``±`` (from the rows' ``fps_ci_low``/``fps_ci_high``),
+"(too short)" and "above decode ceiling" notes; a styled HTML table in JupyterLab.
 
 Rules:
 
@@ -14,7 +20,8 @@ Rules:
 - When a step ran several times on one machine, the **latest** row that has the metric counts:
   greatest ``time``, ties going to the later line. Earlier rows stay in the ledger for history.
 - Rows whose ``status`` is ``"flagged"`` (bench flags runs whose results file was not ok) are
-  left out with a :class:`SpeedupWarning`; ``"skipped"`` and ``"failed"`` rows (steps that did
+  left out with a :class:`SpeedupWarning`, except those flagged only for lying above the decode
+  ceiling (``above_decode_ceiling``): they stay, with "above decode ceiling" for a speed-up (NaN); ``"skipped"`` and ``"failed"`` rows (steps that did
   not run; they carry no figures) are left out quietly; rows without a status count.
 - Rows of ``kind`` ``"exercise"`` are left out unless ``exercises=True``.
 - Where rows say what each step builds on (``builds_on``, or the ``builds_on=`` mapping), the
@@ -43,7 +50,7 @@ from labkit.env import reports_dir
 from labkit.errors import LabkitError
 from labkit.ledger import Ledger, frame_of
 
-__all__ = ["speedup_table", "SpeedupTable", "SpeedupTableError", "SpeedupWarning", "load_ledgers",
+__all__ = ["speedup_table", "class_view", "SpeedupTable", "SpeedupTableError", "SpeedupWarning", "load_ledgers",
            "ACCURACY_METRICS", "lower_is_better", "latest_rows", "compare", "cli_table"]
 
 ACCURACY_METRICS = ("map50", "mota")
@@ -107,6 +114,13 @@ class SpeedupTable:
             columns when no row says what it builds on.
         over_builds_on: index ``step``, one float column per machine: the metric's speed-up
             over the step it builds on (NaN where that step is unknown or did not run).
+        low, high: index ``step``, one column per machine: the speed-up's 95 % interval, from
+            the rows' ``fps_ci_low``/``fps_ci_high`` (the step's low over the baseline's high, and
+            the reverse); NaN where a row has no interval.
+        notes: index ``step``, one column per machine: ``"too short"`` (the run was too short to
+            measure throughput), ``"above decode ceiling"`` (never shown as a speed-up), or "".
+        caption: what every rendering says above the table: the machine(s), the mode(s), and
+            small mode's "rehearsal" line (see :mod:`labkit.tables_view`).
     """
 
     speedup: pd.DataFrame
@@ -117,6 +131,10 @@ class SpeedupTable:
     rows: pd.DataFrame = field(repr=False)
     steps: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     over_builds_on: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    low: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    high: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    notes: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    caption: str = ""
 
     @property
     def machines(self) -> list[str]:
@@ -138,29 +156,34 @@ class SpeedupTable:
         over = self.over_builds_on.rename(columns=lambda m: f"over builds_on ({m})")
         return pd.concat([self.steps[["kind", "builds_on"]], sp, over, val, self.accuracy], axis=1)
 
-    def _formatted(self) -> pd.DataFrame:
-        frame = self.frame
-        out = pd.DataFrame(index=frame.index)
-        for col in frame.columns:
-            if col in ("kind", "builds_on"):
-                out[col] = ["" if pd.isna(v) else str(v) for v in frame[col]]
-                continue
-            spec = ("{:.2f}x" if col.startswith(("speed-up", "over ")) else
-                    "{:.3f}" if col in self.accuracy.columns else "{:.1f}")
-            out[col] = ["—" if pd.isna(v) else spec.format(v) for v in frame[col]]
-        return out
+    def provenance(self) -> pd.DataFrame:
+        """Index ``step``, one column per machine: the commit each figure ran on (12 hex digits,
+        ``+dirty`` when the tree had uncommitted changes) and its mode."""
+        from labkit.tables_view import provenance_frame
 
-    def to_markdown(self) -> str:
-        """The table as markdown (tabulate "pipe": alignment kept), speed-ups as ``2.41x``, missing as ``—``."""
-        from tabulate import tabulate
+        return provenance_frame(self)
 
-        f = self._formatted()
-        align = ["left" if c in ("kind", "builds_on") else "right" for c in f.columns]
-        return tabulate(f.reset_index().values.tolist(), headers=["step", *f.columns], tablefmt="pipe",
-                        disable_numparse=True, colalign=("left", *align))
+    def display_frame(self, *, provenance: bool = False) -> pd.DataFrame:
+        """The table as text cells, with short headers (one machine: ``speed-up``, ``fps``; more:
+        a header row per machine), spreads as ``±`` and notes; see :mod:`labkit.tables_view`."""
+        from labkit.tables_view import display_frame
+
+        return display_frame(self, provenance=provenance)
+
+    def to_markdown(self, *, provenance: bool = False) -> str:
+        """The table as markdown under its caption: speed-ups as ``2.41x ±0.12``, missing as ``—``."""
+        from labkit.tables_view import to_markdown
+
+        return to_markdown(self, provenance=provenance)
+
+    def styled(self, *, provenance: bool = False):
+        """A pandas Styler of :meth:`display_frame`, captioned, for JupyterLab."""
+        from labkit.tables_view import styled
+
+        return styled(self, provenance=provenance)
 
     def _repr_html_(self) -> str:
-        return self._formatted().to_html()
+        return self.styled().to_html()
 
     def __str__(self) -> str:
         return self.to_markdown()
@@ -195,6 +218,10 @@ def compare(new, old, *, metric: str = "fps") -> str:
         ``"'b': 25.00 frames/s against 10.00 for 'a': 2.50x (150% faster); ..."``, or
         ``"No comparison: ..."`` naming the row that has no figure and why.
     """
+    if new.get("above_decode_ceiling") is True:
+        return (f"No comparison: step '{new.get('step')}' measured {float(new['fps']):.2f} frames/s, above what "
+                f"decoding alone reaches here ({float(new.get('decode_ceiling_fps')):.2f}): the figure counts work "
+                "done outside its window, not a speed-up.")
     for row in (new, old):
         status, value = row.get("status"), row.get(metric)
         if (isinstance(status, str) and status != "ok") or value is None or pd.isna(value):
@@ -211,9 +238,25 @@ def compare(new, old, *, metric: str = "fps") -> str:
     spread = new.get("spread")
     noise = (f"run-to-run spread of '{new['step']}' {spread:.0%} over {n} runs" if n > 1 and spread is not None
              else "one measured run each, so no spread to judge the noise by")
+    ci = _ratio_interval(new, old) if metric == "fps" else None
+    if ci is not None:
+        verdict = "within noise" if ci[0] <= 1.0 <= ci[1] else "outside the noise"
+        noise = f"95 % interval {ci[0]:.2f}x to {ci[1]:.2f}x: {verdict}"
+        if ci[0] <= 1.0 <= ci[1]:
+            word = "the same"
     change = word if word == "the same" else f"{abs(ratio - 1):.0%} {word}"
+    short = [r.get("step") for r in (new, old) if r.get("too_short") is True]
+    tail = f"; '{short[0]}' was too short to measure throughput" if short else ""
     return (f"'{new['step']}': {float(new[metric]):.2f} {unit} against {float(old[metric]):.2f} for "
-            f"'{old['step']}': {ratio:.2f}x ({change}); {noise}.")
+            f"'{old['step']}': {ratio:.2f}x ({change}); {noise}{tail}.")
+
+
+def _ratio_interval(new, old) -> tuple[float, float] | None:
+    """The speed-up's 95 % interval from both rows' ``fps_ci_low``/``fps_ci_high``, or None."""
+    vals = [new.get("fps_ci_low"), new.get("fps_ci_high"), old.get("fps_ci_low"), old.get("fps_ci_high")]
+    if any(v is None or pd.isna(v) or (isinstance(v, (int, float)) and v <= 0) for v in vals):
+        return None
+    return float(vals[0]) / float(vals[3]), float(vals[1]) / float(vals[2])
 
 
 def _step_info(latest: pd.DataFrame, steps: list[str], builds_on: Mapping[str, str] | None) -> pd.DataFrame:
@@ -283,6 +326,9 @@ def speedup_table(source, *, baseline: str = "baseline", metric: str = "fps",
     if "kind" in df.columns and not exercises:
         df = df[df["kind"] != "exercise"]
     if "status" in df.columns:
+        ceiling = df["above_decode_ceiling"].fillna(False).astype(bool) if "above_decode_ceiling" in df.columns \
+            else pd.Series(False, index=df.index)
+        df = df.assign(status=df["status"].where(~ceiling, "ok"))  # kept: shown as above the ceiling
         bad = df["status"] == "flagged"
         if bad.any():
             where = ", ".join(f"{r.step} on {r.machine}" for r in df[bad].itertuples())
@@ -327,8 +373,36 @@ def speedup_table(source, *, baseline: str = "baseline", metric: str = "fps",
     base_of = values.reindex(info["builds_on"].tolist()).set_axis(values.index)
     over = (base_of / values) if lower_is_better(metric) else (values / base_of)
     values.index.name = speedup.index.name = over.index.name = "step"
+    from labkit.tables_view import caption_of, intervals
+
+    low, high, notes = intervals(latest, steps, machines, baseline, metric)
+    speedup = speedup.where(notes != "above decode ceiling")  # never a speed-up
+    over = over.where(notes != "above decode ceiling")
     return SpeedupTable(speedup=speedup, values=values, accuracy=accuracy, metric=metric, baseline=baseline,
-                        rows=latest.reset_index(drop=True), steps=info, over_builds_on=over)
+                        rows=latest.reset_index(drop=True), steps=info, over_builds_on=over, low=low, high=high,
+                        notes=notes, caption=caption_of(latest, machines))
+
+
+def class_view(folder, *, metric: str = "fps", baseline: str = "baseline", exercises: bool = False) -> SpeedupTable:
+    """The class's speed-up table: every ``*.jsonl`` ledger under ``folder`` (one per participant,
+    e.g. ``class/alice.jsonl`` or ``class/alice/ledger.jsonl``), one column per host (the row's
+    ``env.host``; a host name two ledgers share gets the ledger's name after it).
+
+    Raises:
+        SpeedupTableError: the folder does not exist or holds no ledger row.
+    """
+    from labkit.tables_view import class_frame
+
+    root = Path(folder)
+    if not root.is_dir():
+        raise SpeedupTableError(f"{root} is not a folder: give the shared folder the participants copy their "
+                                "reports/ledger.jsonl into (one file or sub-folder each)")
+    files = sorted(root.rglob("*.jsonl"), key=str)
+    df = class_frame(root, files)
+    if df.empty:
+        raise SpeedupTableError(f"no ledger row in a *.jsonl under {root}: ask each participant to copy "
+                                "reports/ledger.jsonl there as <name>.jsonl")
+    return speedup_table(df, metric=metric, baseline=baseline, exercises=exercises)
 
 
 def cli_table(argv: list[str]) -> int:
@@ -345,18 +419,24 @@ def cli_table(argv: list[str]) -> int:
                    help="show only this machine (repeatable; order kept)")
     p.add_argument("--output", type=Path, help="also write the markdown to this file")
     p.add_argument("--exercises", action="store_true", help="keep rows of kind 'exercise' (left out by default)")
+    p.add_argument("--class", dest="class_dir", metavar="DIR", type=Path,
+                   help="class view: every participant's *.jsonl ledger under DIR, one column per host")
+    p.add_argument("--provenance", action="store_true", help="add the commit each figure ran on")
     args = p.parse_args(argv)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            table = speedup_table(args.path, baseline=args.baseline, metric=args.metric, machines=args.machines,
-                                  exercises=args.exercises)
+            if args.class_dir is not None:
+                table = class_view(args.class_dir, metric=args.metric, baseline=args.baseline, exercises=args.exercises)
+            else:
+                table = speedup_table(args.path, baseline=args.baseline, metric=args.metric, machines=args.machines,
+                                      exercises=args.exercises)
     except SpeedupTableError as exc:
         print(f"labkit table: {exc}", file=sys.stderr)
         return 1
     for w in caught:
         print(f"labkit table: warning: {w.message}", file=sys.stderr)
-    text = table.to_markdown()
+    text = table.to_markdown(provenance=args.provenance)
     print(text)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)

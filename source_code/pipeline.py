@@ -224,8 +224,10 @@ def _document(cfg: Any, sink: StatsSink, sources: list[VideoSource], status: str
     for name, ms in stage_cuda_ms(stages, skip_batches=sink.warmup_batches).items():  # GPU time beside host time
         if name in figures["stage_detail"]:
             figures["stage_detail"][name]["cuda_ms"] = round(ms, 4)
-    if figures["seconds"] is None:
+    if figures["seconds"] is None and not sink.batch_frames:
         warnings.append("every batch was warm-up: no timing (lower --warmup)")
+    elif sink.too_short_warning():  # Little's law (source_code.results.THROUGHPUT_RULE)
+        warnings.append(sink.too_short_warning())
     n0 = sources[0].count
     acc = ({**NO_ACCURACY, "note": "--decode-only: nothing detected, no accuracy"} if cfg.decode_only
            else accuracy(gt, sink, n0, CLASS_NAMES))

@@ -41,9 +41,40 @@ def use_device(device):
     return device
 
 
+def frames_held(*, batch: int, queue_size: int, streams: int = 1, queued: bool, threaded: bool,
+                upto: int = 2) -> int:
+    """Frames a run holds between reading a frame and the end of the detector when the detector
+    is the slowest stage, as its queues fill ahead of it (Little's law's L): with decoder threads,
+    per source its queue (``Muxer``: max(2, queue_size x batch)) plus the frame its blocked decoder
+    holds; the batch being assembled; queued, also the queue before each of the ``upto`` stages up
+    to ``infer`` (``queue_size`` batches each) and the batch in each of those stages' hands."""
+    held = batch
+    if threaded:
+        held += streams * (max(2, queue_size * batch) + 1)
+    if queued:
+        held += batch * upto * (queue_size + 1)
+    return held
+
+
+def capacity_frames(muxer: Muxer, stage_names: list[str], *, queued: bool, queue_size: int) -> int:
+    """:func:`frames_held` of this muxer and these stages."""
+    upto = stage_names.index("infer") + 1 if "infer" in stage_names else len(stage_names)
+    held = frames_held(batch=muxer.batch_size, queue_size=queue_size, queued=queued and bool(stage_names),
+                       threaded=False, upto=upto)
+    if muxer.threaded:
+        held += sum(q.maxsize + 1 for q in muxer.queues)
+    return held
+
+
+def _tell_capacity(sink, frames: int) -> None:
+    if hasattr(sink, "capacity_frames"):
+        sink.capacity_frames = frames
+
+
 def run_sync(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None], *, device=None) -> None:
     """Run every stage in this thread, batch after batch."""
     use_device(device)
+    _tell_capacity(sink, capacity_frames(muxer, [n for n, _ in stages], queued=False, queue_size=0))
     while True:
         if muxer.threaded:
             b = muxer()
@@ -62,6 +93,7 @@ def run_queued(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None], *,
                queue_size: int, device=None) -> None:
     """Run each stage in its own thread, connected by bounded queues; re-raise the first error."""
     device = use_device(device)  # resolved here: a bare "cuda" means this thread's device, not 0
+    _tell_capacity(sink, capacity_frames(muxer, [n for n, _ in stages], queued=True, queue_size=queue_size))
     errors: list[BaseException] = []
     stop = threading.Event()
     qs = [queue.Queue(maxsize=queue_size) for _ in range(len(stages) + 1)]

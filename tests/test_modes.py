@@ -1,0 +1,33 @@
+"""Every mode's settings are long enough to measure throughput (issue 21, Little's law): for each
+step of the mode's catalogue, the frames the run holds up to the detector are at most 10 % of the
+frames it times."""
+from __future__ import annotations
+
+import pytest
+
+from labbook.settings import MODES, mode_note, settings
+from labbook.steps import catalogue
+from source_code.options import BY_NAME
+from source_code.results import THROUGHPUT_RULE
+from source_code.runner import frames_held
+
+
+@pytest.mark.parametrize("mode, gpu", [("small", False), ("full", False), ("full", True)])
+def test_every_step_of_every_mode_is_long_enough_to_measure_throughput(mode, gpu):
+    s = settings(mode, gpu=gpu)
+    default_q = int(BY_NAME["queue_size"].default)
+    for name, step in catalogue(mode, gpu=gpu).items():
+        f = step.flags
+        streams = int(f.get("streams", 1))
+        queued = bool(f.get("queues"))
+        held = frames_held(batch=int(f.get("batch_size", 1)), queue_size=int(f.get("queue_size", default_q)),
+                           streams=streams, queued=queued, threaded=queued or streams > 1)
+        timed = streams * s.frames - s.warmup - held  # frames carried into the window are not timed
+        assert held <= THROUGHPUT_RULE * timed, (mode, gpu, name, held, timed)
+        assert s.video_seconds * 30 >= s.frames  # the clip (30 fps) has the frames
+
+
+def test_small_mode_says_it_is_a_rehearsal():
+    assert "rehearsal" in mode_note("small")
+    assert mode_note("full") is None
+    assert set(MODES) == {"small", "full"}
