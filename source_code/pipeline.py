@@ -127,7 +127,7 @@ def _stages(cfg: Any, device, input_hw, infer_fn, display: Display, n_streams: i
     wait = not cfg.queues  # one thread: each GPU stage's host range covers its own GPU work
     return [
         ("preprocess", Preprocess(device=device, input_hw=input_hw, gpu=cfg.gpu_preprocess,
-                                  channels_last=cfg.channels_last, host_wait=wait)),
+                                  channels_last=cfg.channels_last, host_wait=wait, batch_size=cfg.batch_size)),
         ("infer", Infer(infer_fn, device=device, host_wait=wait)),
         ("postprocess", Postprocess(input_hw=input_hw, device=device)),
         ("track", Track(n_streams)),
