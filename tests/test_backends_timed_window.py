@@ -111,3 +111,33 @@ def test_int8_models_unquantized_layers_become_fp16(tmp_path):
     a = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})[0]
     b = ort.InferenceSession(str(out)).run(None, {"x": x})[0]
     assert b.dtype == np.float32 and np.abs(a - b).max() < 0.02 * np.abs(a).max() + 1e-3
+
+
+@pytest.mark.gpu
+def test_cuda_graphs_capture_ahead_share_one_pool_and_never_capture_mid_run():
+    torch.manual_seed(0)
+    model = build_detector().eval()
+    dev = torch.device("cuda", 0)
+    backend = make_backend(model, device=dev, batch_size=4, cuda_graphs=True, input_hw=HW,
+                           batch_sizes=expected_batch_sizes(4, frames=[26]))
+    assert backend.captures == 2 and backend.prepared == (4, 2)
+    x = torch.rand(4, 3, *HW, device=dev)
+    for n in (4, 2, 3, 4):
+        backend(x[:n])
+    torch.cuda.synchronize()
+    assert backend.captures == 2 and backend.eager_calls == 1  # size 3: eager, no capture inside the frames
+    ref = [o.float() for o in model.to(dev)(x[:2])]
+    for a, b in zip(backend(x[:2]), ref):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_compile_on_cuda_prepares_the_tail():
+    model = build_detector().eval()
+    backend = make_backend(model, device="cuda:0", batch_size=4, compile=True, input_hw=HW,
+                           batch_sizes=expected_batch_sizes(4, frames=[26]))
+    before = _compiles()
+    x = torch.rand(4, 3, *HW, device="cuda:0")
+    for n in (4, 2, 4):
+        backend(x[:n])
+    assert _compiles() == before
