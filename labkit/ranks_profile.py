@@ -27,9 +27,9 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|F
 # Errors a rank meets because a peer failed first: its collective's connection closed or timed out,
 # or torchrun stopped it. Never the root cause while a rank with an error of its own exists.
 _CONSEQUENCE = re.compile(
-    r"closed by peer|reset by peer|Broken pipe|Connection refused|remote process exited|network error|"
-    r"Socket Timeout|timed out|Timeout|[Ww]atchdog|DistBackendError|DistNetworkError|ProcessGroup\w* .*abort|"
-    r"SIGTERM|SIGKILL|Signals\.|\(no log of this rank\)|\(empty stderr\)")
+    r"closed by peer|reset by peer|broken pipe|connection refused|socket closed|pair closure|remote process exited|"
+    r"network error|timed out|timeout|watchdog|DistBackendError|DistNetworkError|ProcessGroup\w* .*abort|"
+    r"SIGTERM|SIGKILL|Signals\.|\(no log of this rank\)|\(empty stderr\)", re.IGNORECASE)
 
 
 class RankFailedError(LabkitError):

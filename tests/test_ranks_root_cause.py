@@ -2,6 +2,7 @@
 from labkit.ranks_profile import is_consequence, root_cause_first
 
 # Lines as ranks wrote them in real failed runs (gloo on CPU; NCCL's watchdog; torchrun's stop).
+GLOO_TIMEOUT = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 3000ms for recv operation to complete"
 GLOO_PEER = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
              "[127.0.0.1]:43211")
 OWN = "RuntimeError: rank 1 failed on purpose (RANKS_FAIL_RANK)"
@@ -12,6 +13,7 @@ WATCHDOG = "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqN
 
 def test_a_peers_closed_connection_is_a_consequence():
     assert is_consequence(GLOO_PEER) and is_consequence(NCCL) and is_consequence(WATCHDOG)
+    assert is_consequence(GLOO_TIMEOUT)
     assert not is_consequence(OWN)
     assert not is_consequence("ValueError: bad input shape (3, 4)")
 
