@@ -136,28 +136,9 @@ def gpu_info() -> list[dict]:
         gpus = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            uuid = pynvml.nvmlDeviceGetUUID(h)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-
-            def clock(kind, getter=pynvml.nvmlDeviceGetMaxClockInfo):
-                try:
-                    return getter(h, kind)
-                except Exception:
-                    return None
-
-            gpus.append({
-                "index": i,
-                "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
-                "name": name.decode() if isinstance(name, bytes) else name,
-                "driver": driver,
-                "cuda_driver": cuda,
-                "memory_total_mib": mem.total // 2**20,
-                "memory_free_mib": mem.free // 2**20,
-                "sm_clock_max_mhz": clock(pynvml.NVML_CLOCK_SM),
-                "mem_clock_max_mhz": clock(pynvml.NVML_CLOCK_MEM),
-                "sm_clock_mhz": clock(pynvml.NVML_CLOCK_SM, pynvml.nvmlDeviceGetClockInfo),
-            })
+            row = _nvml_row(pynvml, h, index=i, driver=driver, cuda=cuda)
+            gpus.append(row)
+            gpus.extend(_mig_rows(pynvml, h, row))
         return gpus
     finally:
         try:
@@ -166,10 +147,70 @@ def gpu_info() -> list[dict]:
             pass
 
 
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _nvml_row(pynvml, h, *, index: int, driver, cuda) -> dict:
+    """One :func:`gpu_info` row for an NVML device handle (a GPU or a MIG instance)."""
+    def get(fn, *args):
+        try:
+            return fn(h, *args)
+        except Exception:  # a MIG instance has no clocks of its own; an old driver lacks a call
+            return None
+
+    mem = get(pynvml.nvmlDeviceGetMemoryInfo)
+    return {
+        "index": index,
+        "uuid": _text(pynvml.nvmlDeviceGetUUID(h)),
+        "name": _text(pynvml.nvmlDeviceGetName(h)),
+        "driver": driver,
+        "cuda_driver": cuda,
+        "memory_total_mib": mem.total // 2**20 if mem else None,
+        "memory_free_mib": mem.free // 2**20 if mem else None,
+        "sm_clock_max_mhz": get(pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_SM),
+        "mem_clock_max_mhz": get(pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_MEM),
+        "sm_clock_mhz": get(pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_SM),
+    }
+
+
+def _mig_rows(pynvml, h, parent: dict) -> list[dict]:
+    """The MIG instances of a GPU in MIG mode (nvidia-ml-py's MIG calls), each a row with
+    ``mig_index`` and ``parent_uuid``; the parent's clocks stand for the instance's. Empty
+    when MIG is off or unsupported."""
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(h)
+        if current != pynvml.NVML_DEVICE_MIG_ENABLE:
+            return []
+        slots = pynvml.nvmlDeviceGetMaxMigDeviceCount(h)
+    except Exception:  # NVMLError_NotSupported: no MIG on this GPU
+        return []
+    rows = []
+    for j in range(slots):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, j)
+        except Exception:  # NVMLError_NotFound: an empty slot
+            continue
+        row = _nvml_row(pynvml, mig, index=parent["index"], driver=parent["driver"], cuda=parent["cuda_driver"])
+        try:
+            owner = _text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)))
+        except Exception:
+            owner = parent["uuid"]
+        for k in ("sm_clock_max_mhz", "mem_clock_max_mhz", "sm_clock_mhz"):
+            row[k] = row[k] if row[k] is not None else parent[k]
+        rows.append({**row, "mig_index": j, "parent_uuid": owner})
+    return rows
+
+
 def _uuid_key(uuid: str) -> str:
-    """NVML says ``GPU-1a2b...``, torch says ``1a2b...``: compare without prefix or case."""
+    """NVML says ``GPU-1a2b...`` (``MIG-1a2b...`` for a MIG instance), torch and CUDA say
+    ``1a2b...`` or ``GPU-``/``MIG-``: compare without prefix or case. The old MIG form
+    ``MIG-GPU-<uuid>/<gi>/<ci>`` keeps its instance suffix, so it never matches the whole GPU."""
     uuid = str(uuid).strip().lower()
-    return uuid[4:] if uuid.startswith("gpu-") else uuid
+    for prefix in ("mig-", "gpu-"):
+        if uuid.startswith(prefix):
+            uuid = uuid[len(prefix):]
+    return uuid
 
 
 def match_cuda_devices(gpus: list[dict], *, visible: str | None, cuda_uuids: list[str] | None = None) -> list[dict]:
@@ -182,18 +223,20 @@ def match_cuda_devices(gpus: list[dict], *, visible: str | None, cuda_uuids: lis
             as CUDA's does.
         cuda_uuids: torch's device UUIDs in CUDA order, when torch can see the GPUs; the
             authority where it exists (CUDA orders devices fastest first, NVML by PCI bus).
-    Returns: the matched rows, each with ``cuda_index`` added.
+    Returns: the matched rows, each with ``cuda_index`` added. On a GPU in MIG mode the rows
+    are its MIG instances (``mig_index``; CUDA sees instances, never the whole GPU).
     """
+    migged = {g.get("parent_uuid") for g in gpus if g.get("mig_index") is not None}
     if cuda_uuids is not None:
         by_uuid = {_uuid_key(g["uuid"]): g for g in gpus if g.get("uuid")}
         picked = [by_uuid.get(_uuid_key(u)) for u in cuda_uuids]
     elif visible is None:
-        picked = list(gpus)
+        picked = [g for g in gpus if g.get("uuid") not in migged]
     else:
         picked = []
         for entry in (e.strip() for e in visible.split(",")):
-            if entry.isdigit():
-                g = next((g for g in gpus if g["index"] == int(entry)), None)
+            if entry.isdigit():  # an index names a whole GPU, or on a GPU in MIG mode its first instance
+                g = next((g for g in gpus if g["index"] == int(entry) and g.get("uuid") not in migged), None)
             else:
                 hits = [g for g in gpus if g.get("uuid") and _uuid_key(g["uuid"]).startswith(_uuid_key(entry))]
                 g = hits[0] if len(hits) == 1 and entry else None
@@ -216,7 +259,11 @@ def visible_gpus() -> list[dict]:
                 uuids = [str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count())]
         except Exception:  # an old torch without .uuid, or a broken driver: fall back to the variable
             uuids = None
-    return match_cuda_devices(gpus, visible=os.environ.get("CUDA_VISIBLE_DEVICES"), cuda_uuids=uuids)
+    matched = match_cuda_devices(gpus, visible=os.environ.get("CUDA_VISIBLE_DEVICES"), cuda_uuids=uuids)
+    if uuids and not matched:  # NVML and CUDA disagree (a UUID form not known here): torch's names, never "CPU"
+        matched = [{"index": i, "cuda_index": i, "uuid": u, "name": torch.cuda.get_device_name(i),
+                    "driver": gpus[0]["driver"], "cuda_driver": gpus[0]["cuda_driver"]} for i, u in enumerate(uuids)]
+    return matched
 
 
 def torch_info() -> dict:

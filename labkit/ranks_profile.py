@@ -24,6 +24,12 @@ from labkit.ranks import Reports, RanksError, load_reports, rank_from_name
 __all__ = ["profile_ranks", "RankFailedError"]
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure)\b.*")
+# Errors a rank meets because a peer failed first: its collective's connection closed or timed out,
+# or torchrun stopped it. Never the root cause while a rank with an error of its own exists.
+_CONSEQUENCE = re.compile(
+    r"closed by peer|reset by peer|broken pipe|connection refused|socket closed|pair closure|remote process exited|"
+    r"network error|timed out|timeout|watchdog|DistBackendError|DistNetworkError|ProcessGroup\w* .*abort|"
+    r"SIGTERM|SIGKILL|Signals\.|\(no log of this rank\)|\(empty stderr\)", re.IGNORECASE)
 
 
 class RankFailedError(LabkitError):
@@ -35,6 +41,20 @@ def _failed_ranks(output: str) -> list[int]:
     root = output.split("Root Cause", 1)
     found = [int(m) for part in root[::-1] for m in re.findall(r"^\s*rank\s*:\s*(\d+)", part, re.MULTILINE)]
     return list(dict.fromkeys(found))
+
+
+def is_consequence(error_line: str) -> bool:
+    """Whether a rank's error line is a consequence of another rank's failure (a peer's closed
+    connection, a collective's timeout, a stop signal) rather than an error of its own."""
+    return bool(_CONSEQUENCE.search(error_line))
+
+
+def root_cause_first(failed: Sequence[int], errors: dict[int, str]) -> list[int]:
+    """``failed`` (torchrun's order) with the ranks whose error is their own first: torchrun's
+    "Root Cause" is the first failure it noticed, and under nsys (no error file, exit codes
+    only) a peer's "Connection closed by peer" can be noticed in the same poll as the error
+    that caused it. Deterministic: the same errors give the same order."""
+    return sorted(failed, key=lambda r: is_consequence(errors.get(r, "")))
 
 
 def _error_line(log_dir: Path, rank: int) -> str:
@@ -130,10 +150,15 @@ def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=("cuda",
             raise
     output = log.read_text(errors="replace")
     if proc.returncode != 0:
-        failed = _failed_ranks(output)
+        listed = _failed_ranks(output)
+        errors = {r: _error_line(log_dir, r) for r in range(nproc)} if listed else {}
+        # a rank torchrun did not list (stopped in the same poll) may hold the error of its own
+        own = [r for r in range(nproc) if r not in listed and _EXCEPTION_LINE.match(errors[r])
+               and not is_consequence(errors[r])]
+        failed = root_cause_first(listed + own, errors)
         if failed:
             others = f"; also failed: ranks {', '.join(map(str, failed[1:]))}" if len(failed) > 1 else ""
-            raise RankFailedError(f"rank {failed[0]} failed: {_error_line(log_dir, failed[0])}{others} "
+            raise RankFailedError(f"rank {failed[0]} failed: {errors[failed[0]]}{others} "
                                   f"(torchrun exit {proc.returncode}; fix that rank's error; logs: {log_dir}, {log})")
         raise NsysError(f"torchrun under nsys exited with status {proc.returncode} after "
                         f"{time.monotonic() - t0:.1f} s; its output (full log: {log}):\n{output_tail(output)}")

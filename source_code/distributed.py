@@ -5,10 +5,12 @@ source_code/detect_video.py ...``, also under ``srun`` and across nodes with ``-
 sets ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE``. With ``WORLD_SIZE`` > 1:
 
 - ``shard`` gives each rank its share of the sources (the ``--input`` files, or ``--streams``
-  copies of one), spread evenly, and its own device (``cuda:LOCAL_RANK`` on a GPU, else the CPU);
+  copies of one), spread evenly, and its device (``placement``: ``cuda:LOCAL_RANK`` when the node
+  has a GPU per rank; ranks share the GPUs there are when it has fewer; the CPU without one);
   only rank 0 keeps ``--results`` and the output video;
-- ``torch.distributed`` (NCCL on a GPU, gloo on the CPU) runs two collectives, each under a
-  timeout so that no rank hangs: every rank says it is ready just before its first frame (the
+- ``torch.distributed`` (NCCL when every rank has a GPU of its own; gloo on the CPU and when
+  ranks share a GPU, which NCCL refuses) runs two collectives, each under a short timeout
+  (``COLLECTIVE_TIMEOUT_S``) so that no rank hangs: every rank says it is ready just before its first frame (the
   measured windows start together, or every rank stops when one failed), and every rank sends
   its figures, or its error line, to rank 0 at the end;
 - rank 0 merges them (``merge``): ``ranks``, ``per_rank`` (rank, host, device, frames, fps,
@@ -29,9 +31,10 @@ import numpy as np
 
 from source_code.errors import EXIT_FAILED, EXIT_USAGE, PipelineError, first_line
 
-COLLECTIVE_TIMEOUT_S = 1800
-"""Longest wait in one collective, s: the start waits for the slowest rank's set-up (a TensorRT
-engine build or torch.compile can take minutes); past it the waiting ranks fail instead of hanging."""
+COLLECTIVE_TIMEOUT_S = int(os.environ.get("DETECT_COLLECTIVE_TIMEOUT_S") or 300)
+"""Longest wait in one collective, s (``$DETECT_COLLECTIVE_TIMEOUT_S``, default 300, not the
+process group's 1800): the start waits for the slowest rank's set-up (torch.compile, a TensorRT
+engine build: cached after the first); past it the waiting ranks fail instead of hanging."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +44,7 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    local_size: int = 1  # ranks on this node (torchrun's LOCAL_WORLD_SIZE)
 
     @classmethod
     def from_env(cls, env: dict | None = None) -> "World":
@@ -49,7 +53,8 @@ class World:
         size = int(env.get("WORLD_SIZE", 1) or 1)
         if size <= 1:
             return cls()
-        return cls(rank=int(env.get("RANK", 0)), size=size, local_rank=int(env.get("LOCAL_RANK", 0)))
+        return cls(rank=int(env.get("RANK", 0)), size=size, local_rank=int(env.get("LOCAL_RANK", 0)),
+                   local_size=int(env.get("LOCAL_WORLD_SIZE", 0) or size))
 
 
 def share(n_sources: int, world: World) -> range:
@@ -59,18 +64,56 @@ def share(n_sources: int, world: World) -> range:
     return range(start, start + base + (world.rank < extra))
 
 
-def _device(requested: str, world: World) -> str:
-    if requested == "cuda" or requested == "auto":
-        import torch
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """A rank's device, the ``torch.distributed`` backend of the job, and what to tell the user."""
 
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if n and world.local_rank >= n:
-            raise PipelineError(f"rank {world.rank}: LOCAL_RANK {world.local_rank} but this node has {n} GPU(s): "
-                                f"start at most {n} ranks per node (--nproc-per-node {n}), or run with --device cpu",
-                                EXIT_USAGE)
-        if n:
-            return f"cuda:{world.local_rank}"
-    return requested  # "cpu", an explicit cuda:N, or auto without a GPU (the CPU)
+    device: str
+    backend: str  # "nccl" or "gloo"
+    note: str = ""  # "" when every rank has a GPU of its own, or runs on the CPU as asked
+
+
+def placement(requested: str, world: World, n_gpus: int) -> Placement:
+    """Where rank ``world.rank`` runs when its node has ``n_gpus`` CUDA GPUs (a pure function).
+
+    - ``cpu``: the CPU, gloo.
+    - ``auto`` or ``cuda`` with a GPU per rank: ``cuda:LOCAL_RANK``, NCCL.
+    - ``auto`` or ``cuda`` with fewer GPUs than ranks: ``cuda:(LOCAL_RANK mod n_gpus)``, ranks share
+      them, gloo (NCCL refuses two ranks on one GPU; gloo carries the collectives, which are only
+      the start and the figures, on the host).
+    - an explicit ``cuda:N``: every rank there; gloo when several ranks share it.
+    - ``auto`` without a GPU: the CPU, gloo, said; ``cuda`` without one: PipelineError (exit 2).
+    """
+    ranks = max(world.local_size, 1)
+    if requested == "cpu":
+        return Placement("cpu", "gloo")
+    if requested in ("auto", "cuda"):
+        if n_gpus == 0:
+            if requested == "cuda":
+                raise PipelineError(f"rank {world.rank}: --device cuda but this node has no CUDA GPU: run with "
+                                    "--device auto or --device cpu", EXIT_USAGE)
+            return Placement("cpu", "gloo", f"no CUDA GPU: the {ranks} ranks run on the CPU (gloo)")
+        if n_gpus >= ranks:
+            return Placement(f"cuda:{world.local_rank}", "nccl")
+        return Placement(f"cuda:{world.local_rank % n_gpus}", "gloo",
+                         f"{ranks} ranks share {n_gpus} GPU(s) (gloo for the collectives: NCCL needs a GPU per rank)")
+    if requested.startswith("cuda:"):
+        index = int(requested.split(":", 1)[1])
+        if index >= n_gpus:
+            raise PipelineError(f"rank {world.rank}: --device {requested} but this node has {n_gpus} GPU(s): "
+                                "use --device auto (a GPU per rank where there are enough)", EXIT_USAGE)
+        if ranks > 1:
+            return Placement(requested, "gloo", f"{ranks} ranks share {requested} (gloo for the collectives)")
+        return Placement(requested, "nccl")
+    return Placement(requested, "gloo")
+
+
+def _gpu_count(requested: str) -> int:
+    if requested == "cpu":
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def shard(cfg: Any, world: World) -> Any:
@@ -83,7 +126,8 @@ def shard(cfg: Any, world: World) -> Any:
                             f"(--nproc-per-node)", EXIT_USAGE)
     mine = [sources[i] for i in share(len(sources), world)]
     keep = world.rank == 0
-    return dataclasses.replace(cfg, inputs=tuple(mine), streams=len(mine), device=_device(cfg.device, world),
+    where = placement(cfg.device, world, _gpu_count(cfg.device))
+    return dataclasses.replace(cfg, inputs=tuple(mine), streams=len(mine), device=where.device,
                                results=cfg.results if keep else None, output=cfg.output if keep else None)
 
 
@@ -147,16 +191,17 @@ def _state(error: PipelineError | None) -> dict:
 
 
 @contextlib.contextmanager
-def process_group(world: World, device: str) -> Iterator[Any]:
-    """torch.distributed with NCCL on a CUDA device, gloo on the CPU; torn down on the way out."""
+def process_group(world: World, device: str, backend: str | None = None) -> Iterator[Any]:
+    """torch.distributed with ``backend`` (``placement``'s; default NCCL on a CUDA device, gloo on
+    the CPU), every collective under ``COLLECTIVE_TIMEOUT_S``; torn down on the way out."""
     import torch
     import torch.distributed as dist
 
+    backend = backend or ("nccl" if device.startswith("cuda") else "gloo")
     if device.startswith("cuda"):
         torch.cuda.set_device(device)  # NCCL's object collectives use the current device
     try:
-        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
-                                timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     except (RuntimeError, ValueError) as e:
         raise PipelineError(f"rank {world.rank}: torch.distributed did not start ({first_line(e)}): run under "
                             "torchrun, which sets MASTER_ADDR and MASTER_PORT", EXIT_FAILED) from None
@@ -173,7 +218,8 @@ def run(cfg: Any, world: World, run_pipeline: Callable[..., dict]) -> dict | Non
     Raises PipelineError: this rank's own error (``rank R: ...``), else the first failed rank's
     error line (``rank R failed: ...``; on rank 0, which writes it to the results file)."""
     local = shard(cfg, world)
-    with process_group(world, local.device) as dist:
+    where = placement(cfg.device, world, _gpu_count(cfg.device))
+    with process_group(world, local.device, where.backend) as dist:
         rank = Rank(world, dist)
         error, doc = None, None
         try:
@@ -196,7 +242,12 @@ def run(cfg: Any, world: World, run_pipeline: Callable[..., dict]) -> dict | Non
         raise _failure(failed[0]["rank"], failed[0])
     if error is not None:
         raise error
-    return merge(parts, cfg) if world.rank == 0 else None
+    if world.rank != 0:
+        return None
+    doc = merge(parts, cfg)
+    if where.note:
+        doc["warnings"].append(where.note)
+    return doc
 
 
 def _stage_detail(details: list[dict]) -> dict:

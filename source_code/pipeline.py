@@ -36,7 +36,7 @@ from source_code.stages import Display, Infer, Postprocess, Preprocess, Track, s
 __all__ = ["PipelineConfig", "PipelineError", "run_pipeline"]
 
 
-def _detector(cfg: Any, device, input_hw, n_streams: int = 1):
+def _detector(cfg: Any, device, input_hw, n_streams: int = 1, frames: list | None = None):
     """Load the detector and build its inference backend: (model info for the results, backend)."""
     from source_code import backends
     from source_code.detector import DEFAULT_WEIGHTS, count_flops, load_detector
@@ -58,8 +58,9 @@ def _detector(cfg: Any, device, input_hw, n_streams: int = 1):
                   "gflops_per_frame": round(flops / 1e9, 3),
                   "flops_convention": "FlopCounterMode, 2 FLOPs per multiply-accumulate, at input_hw"}
     try:
-        # the sizes the run calls with (--interval, --streams), prepared before the first frame
-        sizes = backends.expected_batch_sizes(cfg.batch_size, interval=cfg.interval, streams=n_streams)
+        # the sizes the run calls with (--interval, --streams, the clip's last batch), prepared
+        # before the first frame: no compile or graph capture inside the timed frames
+        sizes = backends.expected_batch_sizes(cfg.batch_size, interval=cfg.interval, streams=n_streams, frames=frames)
         infer_fn = backends.make_backend(model, backend=cfg.backend, precision=cfg.precision, device=device,
                                          batch_size=cfg.batch_size, channels_last=cfg.channels_last,
                                          cuda_graphs=cfg.cuda_graphs, compile=cfg.compile, input_hw=input_hw,
@@ -126,7 +127,7 @@ def _stages(cfg: Any, device, input_hw, infer_fn, display: Display, n_streams: i
     wait = not cfg.queues  # one thread: each GPU stage's host range covers its own GPU work
     return [
         ("preprocess", Preprocess(device=device, input_hw=input_hw, gpu=cfg.gpu_preprocess,
-                                  channels_last=cfg.channels_last, host_wait=wait)),
+                                  channels_last=cfg.channels_last, host_wait=wait, batch_size=cfg.batch_size)),
         ("infer", Infer(infer_fn, device=device, host_wait=wait)),
         ("postprocess", Postprocess(input_hw=input_hw, device=device)),
         ("track", Track(n_streams)),
@@ -176,7 +177,7 @@ def run_pipeline(cfg: Any, *, progress: Callable[[str], None] | None = None, ran
     try:
         with out_of_memory_is_exit_4(cfg):
             if not cfg.decode_only:  # decode-only: the same sources and decoder threads, no stage after
-                model_info, infer_fn = _detector(cfg, device, input_hw, len(sources))
+                model_info, infer_fn = _detector(cfg, device, input_hw, len(sources), [s.expected() for s in sources])
                 gt, gt_file = _ground_truth(cfg.inputs[0], warnings)
                 display = Display(osd=cfg.osd, output=out_path, fps=sources[0].fps, class_names=CLASS_NAMES)
                 stages = _stages(cfg, device, input_hw, infer_fn, display, len(sources))

@@ -111,17 +111,60 @@ class GpuWork:
         return sum(ms for index, ms in self._ms if index >= skip_batches)
 
 
+class PinnedBuffers:
+    """Page-locked host buffers for uploads: two per (shape, dtype), used alternately, allocated
+    pinned (``torch.empty(..., pin_memory=True)``) at ``capacity`` items and reused by every
+    batch (a short batch uses the first rows). ``stage`` waits only for the copy out of the same
+    buffer two batches ago (its event), then writes the arrays in; ``copied`` records that event
+    after the upload was enqueued."""
+
+    def __init__(self, torch, capacity: int):
+        self.torch = torch
+        self.capacity = max(1, int(capacity))
+        self._bufs: dict = {}
+        self._events: dict = {}
+        self._flip: dict = {}
+        self.allocations = 0
+
+    def stage(self, arrays: list, dtype) -> tuple:
+        """``(pinned view holding np.stack(arrays), key)``: host work only, before any GPU work."""
+        torch = self.torch
+        shape, n = tuple(arrays[0].shape), len(arrays)
+        flip = self._flip[(shape, dtype)] = self._flip.get((shape, dtype), 1) ^ 1
+        key = (shape, dtype, flip)
+        buf = self._bufs.get(key)
+        if buf is None or buf.shape[0] < n:
+            if buf is not None and key in self._events:
+                self._events.pop(key).synchronize()  # the old buffer's copy is done before it is dropped
+            buf = self._bufs[key] = torch.empty((max(n, self.capacity), *shape), dtype=dtype, pin_memory=True)
+            self.allocations += 1
+        ev = self._events.get(key)
+        if ev is not None:
+            ev.synchronize()  # the copy out of this buffer two batches ago has finished
+        view = buf[:n]
+        np.stack(arrays, out=view.numpy())
+        return view, key
+
+    def copied(self, key) -> None:
+        """Record, on the current stream, that the upload out of ``key``'s buffer is enqueued."""
+        ev = self._events[key] = self.torch.cuda.Event()
+        ev.record()
+
+
 class Preprocess:
     """Resize + BGR->RGB + /255 for the frames the detector will see; CPU or GPU (pinned upload).
 
+    Each batch is staged on the host first (``stage``: the cv2 resize, or ``np.stack`` into a
+    pinned buffer and the wait for that buffer), then its GPU work is launched (``launch``: the
+    upload, the GPU resize) between the stage's timing events, so ``cuda_ms`` is GPU work only.
     On CUDA the upload and resize run on this stage's stream and ``b.ready`` is recorded after
-    them. Two pinned buffers are used alternately, and the copy runs on this stream, not the
-    detector's: staging batch i+1 waits only for the copy out of the same buffer two batches
-    ago, and the copy itself can overlap the forward pass of batch i (queued runner).
+    them. Pinned buffers (``PinnedBuffers``) are reused, two per frame shape, and the copy runs
+    on this stream, not the detector's: staging batch i+1 waits only for the copy out of the same
+    buffer two batches ago, and the copy itself can overlap the forward pass of batch i (queued runner).
     """
 
     def __init__(self, *, device, input_hw: tuple[int, int], gpu: bool, channels_last: bool = False,
-                 host_wait: bool = False):
+                 host_wait: bool = False, batch_size: int = 1):
         import torch
 
         from source_code.detector import preprocess_frames, preprocess_frames_torch
@@ -134,43 +177,47 @@ class Preprocess:
         self.work = GpuWork(device, host_wait=host_wait)
         self._cpu = preprocess_frames
         self._gpu = preprocess_frames_torch
-        self._pinned: dict = {}
-        self._events: dict = {}
-        self._flip = 0
+        self.pinned = PinnedBuffers(torch, batch_size) if device.type == "cuda" else None
 
-    def _upload(self, frames: list) -> "object":
-        torch = self.torch
-        if self.device.type != "cuda":  # the same path with nothing to upload (tests, CPU)
-            return torch.from_numpy(np.stack(frames))
-        shape = (len(frames), *frames[0].shape)
-        key = (shape, self._flip)
-        self._flip ^= 1  # two pinned buffers, used alternately
-        buf = self._pinned.get(key)
-        if buf is None:
-            buf = self._pinned[key] = torch.empty(shape, dtype=torch.uint8).pin_memory()
-        ev = self._events.get(key)
-        if ev is not None:
-            ev.synchronize()  # the previous copy out of this buffer has finished
-        np.stack(frames, out=buf.numpy())
-        dev = buf.to(self.device, non_blocking=True)  # on this stage's stream (GpuWork.timed)
-        ev = self._events[key] = torch.cuda.Event()
-        ev.record()
-        return dev
-
-    def _on_gpu(self, frames: list):
-        """Upload and resize on the GPU: one upload per frame size (usually one for the batch)."""
+    def stage(self, frames: list) -> list:
+        """Host work of a batch, before any GPU work: ``[(indices, host data, buffer key)]``, one
+        group per frame size (GPU resize) or one group of resized frames (CPU resize)."""
+        if not self.gpu:
+            x = self._cpu(frames, self.input_hw)  # the cv2 resize, on the host
+            if self.pinned is None:
+                return [(range(len(frames)), self.torch.from_numpy(x), None)]
+            view, key = self.pinned.stage(list(x), self.torch.float32)
+            return [(range(len(frames)), view, key)]
         groups: dict = {}
         for i, f in enumerate(frames):
             groups.setdefault(f.shape, []).append(i)
-        if len(groups) == 1:
-            return self._gpu(self._upload(frames), self.input_hw, channels_last=self.channels_last)
-        parts = [None] * len(frames)
+        out = []
         for idx in groups.values():
-            x = self._gpu(self._upload([frames[i] for i in idx]), self.input_hw, channels_last=self.channels_last)
+            part = [frames[i] for i in idx]
+            if self.pinned is None:  # the same path with nothing to upload (tests, CPU)
+                out.append((idx, self.torch.from_numpy(np.stack(part)), None))
+            else:
+                view, key = self.pinned.stage(part, self.torch.uint8)
+                out.append((idx, view, key))
+        return out
+
+    def launch(self, staged: list):
+        """GPU work of a staged batch (upload, GPU resize) on the current stream: the input tensor."""
+        torch = self.torch
+        parts, n = {}, 0
+        for idx, host, key in staged:
+            x = host.to(self.device, non_blocking=True) if self.pinned is not None else host
+            if key is not None:
+                self.pinned.copied(key)
+            if self.gpu:
+                x = self._gpu(x, self.input_hw, channels_last=self.channels_last)
             for j, i in enumerate(idx):
                 parts[i] = x[j:j + 1]
-        x = parts[0] if len(parts) == 1 else self.torch.cat(parts)
-        fmt = self.torch.channels_last if self.channels_last else self.torch.contiguous_format
+            n += len(idx)
+            if len(staged) == 1:
+                return x
+        x = torch.cat([parts[i] for i in range(n)])
+        fmt = torch.channels_last if self.channels_last else torch.contiguous_format
         return x.contiguous(memory_format=fmt)  # cat follows its inputs' layout; make it the one asked for
 
     def __call__(self, b: Batch) -> Batch:
@@ -179,12 +226,9 @@ class Preprocess:
         if not frames:
             b.tensor = None
             return b
+        staged = self.stage(frames)  # host work first: it is not this stage's GPU time
         with self.work.timed(b):
-            if self.gpu:
-                b.tensor = self._on_gpu(frames)
-            else:
-                x = self.torch.from_numpy(self._cpu(frames, self.input_hw))
-                b.tensor = x.to(self.device, non_blocking=True) if self.device.type == "cuda" else x
+            b.tensor = self.launch(staged)
         b.ready = self.work.last
         return b
 

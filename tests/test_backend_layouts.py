@@ -146,9 +146,9 @@ def test_cuda_graphs_one_graph_per_size_no_padding(model):
                              batch_sizes=(4, 2))
     assert sorted(backend._graphs) == [2, 4]
     ref = backend(x)
-    part = backend(x[:1])  # a new size: captured on first use
-    assert sorted(backend._graphs) == [1, 2, 4] and backend.eager_calls == 0
-    assert backend._graphs[1][1].shape[0] == 1  # the graph's input buffer holds 1 frame, not 4
+    assert backend._graphs[2][1].shape[0] == 2  # the graph's input buffer holds 2 frames, not 4
+    part = backend(x[:1])  # a size not captured ahead: eager, never captured once frames flow
+    assert sorted(backend._graphs) == [2, 4] and backend.eager_calls == 1
     assert max(float((a - b[:1]).abs().max()) for a, b in zip(part, ref)) < 1e-3
 
 

@@ -40,7 +40,8 @@ def test_sources_spread_evenly(n, size, shares):
 
 def test_world_from_launcher_environment():
     assert World.from_env({}) == World()
-    assert World.from_env({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"}) == World(3, 4, 1)
+    assert World.from_env({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"}) == World(3, 4, 1, 4)
+    assert World.from_env({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}) == World(3, 4, 1, 2)
 
 
 def test_shard_gives_results_and_video_to_rank_0_only(clip):

@@ -39,3 +39,34 @@ def test_recorded_options_are_the_latest_ok_row(tmp_path, monkeypatch):
     led.append({"step": "batch4", "status": "ok", "config": {"batch_size": 4}, "metrics": {"fps": 1.0}})
     led.append(not_run("batch4", status="failed", reason="x", config={"batch_size": 8}))
     assert recorded_options("batch4") == {"batch_size": 4}
+
+
+def test_notebook_08_records_ranks_that_cannot_run_and_goes_on(tmp_path):
+    """08's ranks cell, run as written, on ranks that really fail here (their input is missing):
+    no exception, a failed ledger row with a reason (bench.error_line's: for torchrun, its last line)."""
+    import json
+    import types
+    from pathlib import Path
+
+    import labbook
+    from labkit import bench
+
+    nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "08_Scaling_Out.ipynb").read_text())
+    cell = next("".join(c["source"]) for c in nb["cells"]
+                if c["cell_type"] == "code" and "ranked, why = None" in "".join(c["source"]))
+
+    class Lab(types.ModuleType):  # labbook, with this test's ledger and results folder
+        def __getattr__(self, name):
+            return getattr(labbook, name)
+
+    lab = Lab("lab")
+    lab.LEDGER, lab.RESULTS = tmp_path / "ledger.jsonl", tmp_path / "results"
+    lab.say = lambda text: None
+    steps = scale_out("baseline", {"inputs": [str(tmp_path / "missing.mp4")], "frames": 4, "device": "cpu",
+                                   "osd": False}, n=2)
+    ns = {"lab": lab, "bench": bench, "STEPS": steps, "S": types.SimpleNamespace(repeats=1)}
+    exec(compile(cell, "08_ranks_cell", "exec"), ns)
+    assert ns["ranked"] is None
+    rows = Ledger(tmp_path / "ledger.jsonl").rows()
+    assert [(r["step"], r["status"]) for r in rows][-1] == ("ranks2", "failed")
+    assert rows[-1]["reason"] and rows[-1]["config"]["streams"] == 2

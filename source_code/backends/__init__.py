@@ -14,7 +14,7 @@ backend                   devices   precisions
                                     cuda_graphs (cuda), compile (cpu, cuda)
 ``onnxruntime``           cpu, cuda fp32; int8 (static QDQ, calibrated on generated scenes)
 ``tensorrt``              cuda      fp32, fp16 (FP16 ONNX export), int8 (QDQ model); strongly
-                                    typed on TensorRT 10 and 11
+                                    typed on TensorRT 10.12+ and 11 (int8: FP16 outside Q/DQ)
 ========================  ========  ===================================================
 
 "fp32" on an Ampere or Hopper GPU is TF32 for convolutions under PyTorch's defaults
@@ -28,7 +28,7 @@ Rooms (one responsibility each):
 - ``cuda_graphs``: CUDA graphs, one per batch size that occurs.
 - ``ort``: ONNX Runtime (providers, stream, fallback check).
 - ``tensorrt_build`` / ``tensorrt_run``: building engines / running them.
-- ``onnx_export``: the ONNX export (FP32, FP16) and output comparison.
+- ``onnx_export``: the ONNX export (FP32, FP16) and output comparison; ``qdq_fp16``: the INT8 model's float parts in FP16.
 - ``artifacts``: the cache folder (``--cache-dir``, default ``~/.cache/labkit/backends``), cache keys, ONNX / INT8 / engine files.
 - ``calibration``: INT8 calibration settings and the generated scenes it reads.
 """

@@ -156,15 +156,45 @@ def warm_sizes(batch_size: int, batch_sizes: Sequence[int] | None) -> tuple[int,
     return tuple(sizes)
 
 
-def expected_batch_sizes(batch_size: int, *, interval: int = 1, streams: int = 1) -> tuple[int, ...]:
+def expected_batch_sizes(batch_size: int, *, interval: int = 1, streams: int = 1,
+                         frames: Sequence[int | None] | None = None) -> tuple[int, ...]:
     """The detector batch sizes a run produces: frames muxed round-robin from ``streams`` sources into
     batches of ``batch_size``, the detector on every ``interval``-th frame of each source.
 
-    For ``make_backend(batch_sizes=...)``. The clip's last, shorter batch is not included (its
-    size depends on the clip's length); backends prepare it on first use.
+    For ``make_backend(batch_sizes=...)``. ``frames``: each source's frame count where known
+    (``VideoSource.expected()``); the clip's last, shorter batch and the batches after a short
+    source ends are then included too, so that every size is prepared before the first timed
+    frame. A count that is unknown (None) leaves those sizes out; backends then run a size
+    they did not prepare eagerly (``TorchBackend``, ``CudaGraphBackend``), never compiling
+    or capturing inside the timed frames.
     """
     b, k, s = int(batch_size), max(1, int(interval)), max(1, int(streams))
     period = b * k * s  # the pattern of detected frames repeats after this many muxed frames
     detect = [(t // s) % k == 0 for t in range(period)]
     sizes = {sum(detect[i:i + b]) for i in range(0, period, b)}
+    counts = list(frames or [])
+    if counts and all(c is not None for c in counts):
+        sizes |= set(muxed_batch_sizes(b, k, [int(c) for c in counts]))
     return tuple(sorted((n for n in sizes if n > 0), reverse=True))
+
+
+def muxed_batch_sizes(batch_size: int, interval: int, counts: Sequence[int]) -> list[int]:
+    """The detector batch size of every batch of a run over sources of ``counts`` frames, in order:
+    the muxer's round-robin (``source_code.sources.Muxer``) replayed on counts, no video read."""
+    left, seen, live, rr = list(counts), [0] * len(counts), [i for i, c in enumerate(counts) if c > 0], 0
+    out: list[int] = []
+    while live:
+        n = detected = 0
+        while n < batch_size and live:
+            s = live[rr % len(live)]
+            if left[s] == 0:
+                live.remove(s)
+                continue
+            detected += seen[s] % max(1, interval) == 0
+            seen[s] += 1
+            left[s] -= 1
+            n += 1
+            rr += 1
+        if n:
+            out.append(detected)
+    return out

@@ -9,12 +9,20 @@ from source_code.backends.base import outputs_tuple, warm_sizes
 from source_code.backends.torch_eager import TorchBackend
 
 # Graphs kept per backend: with --interval K and batch B the sizes that occur are about
-# ceil(B/K), floor(B/K), B and the clip's last batch; a size beyond this many runs eagerly.
+# ceil(B/K), floor(B/K), B and the clip's last batch; sizes beyond this many run eagerly.
 MAX_GRAPHS = 8
 
 
 class CudaGraphBackend(TorchBackend):
-    """One CUDA graph per batch size: captured ahead for ``batch_sizes``, else on a size's first call.
+    """One CUDA graph per batch size, all captured ahead for ``batch_sizes``; a size not captured
+    runs eagerly (``eager_calls``). Nothing is captured once frames flow: a capture in
+    ``capture_error_mode="global"`` while other stage threads make CUDA calls is invalidated,
+    and it would cost its time inside the timed window.
+
+    The graphs share one memory pool (``torch.cuda.graph_pool_handle()``). That is safe here:
+    the graphs replay one at a time on the backend's stream, each graph's static input and
+    outputs stay referenced (so no later capture reuses them), and a call copies the outputs
+    out right after its replay.
 
     Each graph reads a static input buffer and writes static output buffers: a call copies
     ``x`` into the buffer of its size, replays, and returns copies of the outputs so the
@@ -26,12 +34,14 @@ class CudaGraphBackend(TorchBackend):
         super().__init__(model, compile=False, **kw)
         self.name += "-cuda_graphs"
         self._graphs: dict[int, tuple] = {}
-        self.eager_calls = 0  # calls at a size beyond MAX_GRAPHS graphs, run without a graph
+        self.captures = 0  # graphs captured: all at set-up
         from labkit import annotate
 
         with annotate.range("cuda_graph_capture"), torch.cuda.device(self.device):
-            for n in warm_sizes(self.batch_size, batch_sizes):
+            self._pool = torch.cuda.graph_pool_handle()  # one pool for every size's graph
+            for n in warm_sizes(self.batch_size, batch_sizes)[:MAX_GRAPHS]:
                 self._capture(n)
+        self.prepared = tuple(self._graphs)
 
     def _capture(self, n: int) -> tuple:
         static_in = self.prepare(self.example(n))
@@ -43,27 +53,23 @@ class CudaGraphBackend(TorchBackend):
         with torch.inference_mode(), torch.cuda.stream(side):
             for _ in range(3):
                 self.model(static_in)
-        with torch.inference_mode(), torch.cuda.graph(graph, stream=side):
+        with torch.inference_mode(), torch.cuda.graph(graph, pool=self._pool, stream=side):
             static_out = outputs_tuple(self.model(static_in))
         side.synchronize()  # once per size, at set-up: the capture is complete before any replay
         self._graphs[n] = (graph, static_in, static_out)
+        self.captures += 1
         return self._graphs[n]
 
     def graph_for(self, n: int):
-        """The graph for batch ``n`` (captured now if new and room is left), or None to run eagerly."""
-        entry = self._graphs.get(n)
-        if entry is None and len(self._graphs) < MAX_GRAPHS:
-            from labkit import annotate
-
-            with annotate.range("cuda_graph_capture", batch=n):
-                entry = self._capture(n)
-        return entry
+        """The graph captured for batch ``n`` at set-up, or None: run eagerly (never captured now)."""
+        return self._graphs.get(n)
 
     def _run(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         entry = self.graph_for(x.shape[0])
         if entry is None:
             self.eager_calls += 1
-            return super()._run(x)
+            with torch.inference_mode():
+                return tuple(o.float().contiguous() for o in outputs_tuple(self.model(self.prepare(x))))
         graph, static_in, static_out = entry
         if tuple(x.shape[2:]) != tuple(static_in.shape[2:]):
             raise ValueError(f"{self.name}: captured for {tuple(static_in.shape[2:])} frames, got {tuple(x.shape[2:])}")

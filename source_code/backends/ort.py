@@ -84,6 +84,25 @@ def ort_providers(device: torch.device, precision: str, *, batch_size: int, inpu
     return [cuda, "CPUExecutionProvider"]
 
 
+NO_SYNC_KEY = "disable_synchronize_execution_providers"
+"""ONNX Runtime's RunOptions config key (onnxruntime_run_options_config_keys.h): "1" stops ``Run()``
+from synchronizing the execution providers' streams at its end."""
+
+
+def run_options(device: torch.device):
+    """The RunOptions of every GPU call: no stream synchronize inside ``Run()``. The session runs on
+    the backend's stream (``user_compute_stream``), and ``Backend.__call__`` orders the caller after
+    it with ``backend.event``: the explicit, GPU-side sync, so that batches overlap under ``--queues``.
+    None on CPU (nothing to synchronize)."""
+    if device.type != "cuda":
+        return None
+    import onnxruntime as ort
+
+    opts = ort.RunOptions()
+    opts.add_run_config_entry(NO_SYNC_KEY, "1")
+    return opts
+
+
 def check_session_providers(requested: list, got: Sequence[str], *, ort_version: str) -> None:
     """Raise BackendUnavailable when a GPU provider asked for is not among the session's providers."""
     names = [p[0] if isinstance(p, tuple) else p for p in requested]
@@ -125,6 +144,7 @@ class OrtBackend(Backend):
             for n in warm_sizes(batch_size, batch_sizes) if device.type == "cuda" else (1,):
                 probe = self.session.run(self.output_names, {self.input_name: np.zeros((n, 3, h, w), np.float32)})
             self._out_shapes = [tuple(a.shape[1:]) for a in probe]
+        self.run_options = run_options(device)
         ep = self.providers[0].replace("ExecutionProvider", "").lower()
         self.name = f"onnxruntime-{precision}-{ep}"
 
@@ -144,7 +164,9 @@ class OrtBackend(Backend):
         binding.bind_input(self.input_name, "cuda", dev_id, np.float32, tuple(x.shape), x.data_ptr())
         for name, t in zip(self.output_names, outs):
             binding.bind_output(name, "cuda", dev_id, np.float32, tuple(t.shape), t.data_ptr())
-        self.session.run_with_iobinding(binding)
+        # no host sync inside Run(): the caller waits on backend.event (Backend.__call__), GPU-side;
+        # x and the outputs live on this stream's allocations until that event
+        self.session.run_with_iobinding(binding, self.run_options)
         return tuple(outs)
 
     def close(self) -> None:

@@ -119,13 +119,25 @@ def make_backend(
                             cache_dir=cache, input_hw=hw, calibration=calib, stream=stream, tf32=tf32)
 
 
-def _check_compile_available(dev: torch.device) -> None:
+def compile_unavailable(device_type: str) -> str:
+    """Why ``torch.compile`` cannot run on ``device_type`` here ('' when it can): Inductor builds C++
+    on the CPU and, on CUDA, Triton's kernel launchers with the C compiler (``$CC``, else gcc, cc, clang)."""
     if not hasattr(torch, "compile"):
-        raise BackendUnavailable(f"torch.compile needs torch >= 2.0 (found {torch.__version__}): upgrade torch or drop --compile")
-    if dev.type == "cpu":
-        if not (shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++") or shutil.which("clang++")):
-            raise BackendUnavailable("torch.compile on CPU needs a C++ compiler (g++): apt-get install g++, or drop --compile")
+        return f"torch.compile needs torch >= 2.0 (found {torch.__version__}): upgrade torch or drop --compile"
+    if device_type == "cpu":
+        if not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "c++", "clang++")):
+            return "torch.compile on CPU needs a C++ compiler (g++): apt-get install g++, or drop --compile"
+        return ""
+    if not any(shutil.which(c) for c in (os.environ.get("CC", "gcc"), "cc", "clang")):
+        return ("torch.compile on CUDA needs a C compiler for Triton (gcc): apt-get install gcc, "
+                "or drop --compile")
+    return ""
 
+
+def _check_compile_available(dev: torch.device) -> None:
+    why = compile_unavailable(dev.type)
+    if why:
+        raise BackendUnavailable(why)
 
 
 def available_backends() -> list[dict]:
@@ -146,15 +158,15 @@ def available_backends() -> list[dict]:
         rows.append({"backend": backend, "precision": precision, "device": device, "variant": variant,
                      "available": not reason, "reason": reason})
 
-    compiler = "" if (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")) else \
-        "torch.compile on CPU needs a C++ compiler: apt-get install g++"
+    compiler = compile_unavailable("cpu")
     add("torch", "fp32", "cpu")
     add("torch", "fp32", "cpu", "channels_last")
     add("torch", "fp32", "cpu", "compile", compiler)
     add("torch", "fp16", "cpu", reason="fp16 needs a CUDA GPU: use --device cuda")
     for precision in ("fp32", "fp16"):
         for variant in ("", "channels_last", "cuda_graphs", "compile"):
-            add("torch", precision, "cuda", variant, "" if cuda else no_gpu)
+            why = no_gpu if not cuda else (compile_unavailable("cuda") if variant == "compile" else "")
+            add("torch", precision, "cuda", variant, why)
 
     if importlib.util.find_spec("onnxruntime") is None:
         why = "onnxruntime is not installed: pip install onnxruntime (onnxruntime-gpu on GPU machines)"

@@ -7,8 +7,11 @@ it), so each layer runs in the type the ONNX model gives it, and no ``BuilderFla
 
 - fp32: the FP32 ONNX model (TF32 allowed unless ``tf32=False``: ``BuilderFlag.TF32``).
 - fp16: the FP16 ONNX export with float32 input/output casts (``ensure_onnx(fp16=True)``).
-- int8: the QDQ model (explicit quantization); the layers left unquantized (the three heads)
-  run in FP32 on both versions, as their ONNX type says.
+- int8: the QDQ model (explicit quantization) with its float parts in FP16 (``qdq_fp16``): the
+  layers left unquantized (the three heads) run in FP16, as under ONNX Runtime's TensorRT
+  provider, so INT8 is compared with FP16 fairly.
+
+Strong typing is complete from TensorRT 10.12 (``MIN_TENSORRT``); older versions are refused early.
 
 Written against the TensorRT Python API; pages read:
   https://docs.nvidia.com/deeplearning/tensorrt/latest/_static/python-api/infer/Core/Builder.html
@@ -38,10 +41,21 @@ from source_code.backends.artifacts import atomic_write_bytes
 from source_code.backends.base import BackendUnavailable
 
 TRT_MAX_WORKSPACE = 4 << 30
+MIN_TENSORRT = (10, 12)
+"""The first TensorRT whose strongly typed networks cover this recipe (10.0-10.11 are partial)."""
+
+
+def check_tensorrt_version(version: str) -> None:
+    """Raise BackendUnavailable unless ``version`` is at least ``MIN_TENSORRT``."""
+    parts = [int(p) for p in str(version).split("+")[0].split(".")[:2] if p.isdigit()]
+    if tuple(parts + [0] * (2 - len(parts))) < MIN_TENSORRT:
+        need = ".".join(map(str, MIN_TENSORRT))
+        raise BackendUnavailable(f"TensorRT {version} is too old: this backend builds strongly typed engines, complete "
+                                 f"from TensorRT {need}; pip install 'tensorrt>={need}'")
 
 
 def import_tensorrt():
-    """The ``tensorrt`` module (10 or newer), or BackendUnavailable naming the fix."""
+    """The ``tensorrt`` module (10.12 or newer), or BackendUnavailable naming the fix."""
     try:
         import tensorrt as trt
     except Exception as exc:  # ImportError, or a broken install failing to load libnvinfer
@@ -49,9 +63,7 @@ def import_tensorrt():
             f"TensorRT is not installed ({type(exc).__name__}: {exc}): pip install tensorrt "
             "(GPU machines only), or use --backend torch / --backend onnxruntime"
         ) from exc
-    major = int(str(trt.__version__).split(".")[0])
-    if major < 10:
-        raise BackendUnavailable(f"TensorRT {trt.__version__} is too old: this backend uses the TensorRT 10 API; pip install 'tensorrt>=10'")
+    check_tensorrt_version(trt.__version__)
     return trt
 
 

@@ -19,6 +19,7 @@ import torch
 
 from source_code.backends.artifacts import engine_path, ensure_int8_onnx, ensure_onnx, model_hash
 from source_code.backends.base import Backend, BackendUnavailable, backend_stream
+from source_code.backends.qdq_fp16 import qdq_to_fp16
 from source_code.backends.tensorrt_build import build_engine, gpu_tag, import_tensorrt
 
 
@@ -76,11 +77,14 @@ def make_trt_backend(model, *, precision, device, batch_size, cache_dir, input_h
     mhash = model_hash(model, input_hw=input_hw)
     out = engine_path(cache_dir, mhash=mhash, precision=precision, batch_size=batch_size, gpu=gpu_tag(device),
                       trt_version=trt.__version__, calibration=calibration, tf32=tf32)
+    if precision == "int8":  # its unquantized layers in FP16, as ORT's TensorRT provider runs them
+        out = out.with_name(out.name.replace(".engine", "-fp16rest.engine"))
     if not out.exists():
         src = ensure_onnx(model, cache_dir=cache_dir, input_hw=input_hw, fp16=precision == "fp16")
         if precision == "int8":
             src = ensure_int8_onnx(src, calibration=calibration, input_hw=input_hw, cache_dir=cache_dir,
                                    workdir=cache_dir / "calibration_scenes")
+            src = qdq_to_fp16(src)
         with torch.cuda.device(device):
             build_engine(src, out, precision=precision, batch_size=batch_size, input_hw=input_hw, tf32=tf32)
     return TensorRTBackend(out, device=device, precision=precision, batch_size=batch_size, stream=stream)
