@@ -145,7 +145,7 @@ def _labels(ax, y, s, e, names, px_ns, origin, white=False):
 
 
 def plot_timeline(report, *, window=None, max_depth: int = 2, labels: bool = True, relative: bool = True,
-                  ax=None, figsize=None, min_px: float = 1.5):
+                  ax=None, figsize=None, min_px: float = 1.5, interactive: bool = False):
     """Gantt chart of NVTX ranges per thread and GPU work per stream, with a legend.
 
     Args:
@@ -157,9 +157,15 @@ def plot_timeline(report, *, window=None, max_depth: int = 2, labels: bool = Tru
         relative: x axis in ms from the window start (else absolute ms).
         ax: an Axes to draw on (default: a new Figure, no pyplot state).
         min_px: the narrowest bar drawn, in pixels, so that short events stay visible.
-    Returns: the matplotlib Figure.
+        interactive: a zoomable Bokeh figure with a hover naming each event instead
+            (:func:`labkit.timeline_interactive.interactive_timeline`; same rows and colours).
+    Returns: the matplotlib Figure (interactive: an ``InteractiveTimeline``, shown by the cell).
     Raises: NothingToDraw when the window holds no range, GPU operation or CUDA API call.
     """
+    if interactive:
+        from labkit.timeline_interactive import interactive_timeline
+
+        return interactive_timeline(report, window=window, max_depth=max_depth)
     rows, w0, w1 = layout(report, window=window, max_depth=max_depth)
     if ax is None:
         from matplotlib.figure import Figure
