@@ -31,8 +31,21 @@ class InteractiveTimeline:
     ``rows`` the row labels top to bottom, ``events`` how many events it covers and ``bars``
     how many bars it draws (fewer when merged), ``gap_ns`` the merge gap (0: nothing merged)."""
 
-    def __init__(self, figure, rows, events: int, bars: int, gap_ns: int):
+    def __init__(self, figure, rows, events: int, bars: int, gap_ns: int, *, names, whats, hexes):
         self.figure, self.rows, self.events, self.bars, self.gap_ns = figure, rows, events, bars, gap_ns
+        self._lists = (names, whats)
+
+    def table(self) -> pd.DataFrame:
+        """The bars drawn, as the hover names them: name, what, row, start_ms, duration_ms,
+        colour (hex) and events (1, or how many a merged bar holds)."""
+        d = self.figure.renderers[0].data_source.data
+        names, whats = self._lists
+        labels = self.rows[::-1]
+        return pd.DataFrame({
+            "name": [names[i] for i in d["name"]], "what": [whats[i] for i in d["what"]],
+            "row": [labels[i] for i in d["y"]], "start_ms": d["left"], "duration_ms": d["dur"],
+            "colour": [f"#{int(c) >> 8:06x}" for c in d["color"]],
+            "events": d["count"] if "count" in d else np.ones(len(d["left"]), dtype=np.int64)})
 
     def html(self) -> str:
         """A standalone HTML page of the figure, BokehJS inline (opens offline in any browser)."""
@@ -61,7 +74,7 @@ class InteractiveTimeline:
 
 def _bars(rows, cmap, w0, w1, gap_ns):
     """Per row and colour key, the events (or, with gap_ns > 0, merged runs of them) as columns."""
-    cols = {k: [] for k in ("left", "right", "y", "color", "name", "what", "row", "dur", "count")}
+    cols = {k: [] for k in ("left", "right", "y", "color", "name", "what", "dur", "count")}
     for i, row in enumerate(rows):
         df, how = row.events, row.how
         y = len(rows) - 1 - i
@@ -93,14 +106,13 @@ def _bars(rows, cmap, w0, w1, gap_ns):
             count, colour = np.concatenate(ct), np.concatenate(col)
         else:
             count = np.ones(len(s), dtype=np.int64)
-            colour = np.array([cmap.get(k, "#888888") for k in keys], dtype=object) if len(keys) else keys
+            colour = pd.Series(keys, dtype=object).map(cmap).fillna("#888888").to_numpy(dtype=object)
         cols["left"].append((s - w0) / 1e6)
         cols["right"].append((e - w0) / 1e6)
         cols["y"].append(np.full(len(s), y, dtype=np.float64))
         cols["color"].append(colour)
         cols["name"].append(names)
         cols["what"].append(what)
-        cols["row"].append(np.full(len(s), row.label, dtype=object))
         cols["dur"].append(dur)
         cols["count"].append(count)
     return {k: np.concatenate(v) if v else np.empty(0) for k, v in cols.items()}
@@ -122,7 +134,7 @@ def interactive_timeline(report, *, window=None, max_depth: int = 2, max_bars: i
         writes a standalone HTML file).
     Raises: labkit.timeline.NothingToDraw when the window holds nothing to draw.
     """
-    from bokeh.models import ColumnDataSource, FixedTicker, HoverTool
+    from bokeh.models import ColumnDataSource, CustomJSHover, FixedTicker, HoverTool
     from bokeh.plotting import figure
 
     rows, w0, w1 = layout(report, window=window, max_depth=max_depth)
@@ -149,17 +161,32 @@ def interactive_timeline(report, *, window=None, max_depth: int = 2, max_bars: i
                  y_range=(-0.6, len(rows) - 0.4), tools="xpan,xwheel_zoom,xbox_zoom,reset,save",
                  active_scroll="xwheel_zoom", active_drag="xpan", sizing_mode="stretch_width",
                  x_axis_label="time (ms from window start)", output_backend="canvas")
-    cols["bottom"], cols["top"] = cols["y"] - 0.4, cols["y"] + 0.4
-    src = ColumnDataSource({k: v for k, v in cols.items() if k != "y"})
-    fig.quad(left="left", right="right", bottom="bottom", top="top", fill_color="color", source=src)
-    # a bar too short for a pixel still shows (and hovers): a 1-pixel outline in its colour
-    fig.renderers[-1].glyph.line_color = "color"
-    fig.renderers[-1].glyph.line_width = 1
-    tips = [("", "@name"), ("what", "@what"), ("row", "@row"), ("start", "@left{0,0.000} ms"),
-            ("duration", "@dur{0,0.000} ms")] + ([("events", "@count")] if gap else [])
-    fig.add_tools(HoverTool(tooltips=tips, renderers=[fig.renderers[-1]]))
+    # texts as codes into short lists, colours as packed RGBA: every column travels as binary
+    name_codes, names = pd.factorize(cols["name"])
+    what_codes, whats = pd.factorize(cols["what"])
+    colour_codes, hexes = pd.factorize(cols["color"])
+    rgba = np.array([int(h[1:7], 16) << 8 | 0xFF for h in hexes], dtype=np.uint32)
+    data = {"left": cols["left"], "right": cols["right"], "y": cols["y"].astype(np.int32),
+            "color": rgba[colour_codes] if len(rgba) else np.empty(0, np.uint32),
+            "name": name_codes.astype(np.int32), "what": what_codes.astype(np.int8),
+            "dur": cols["dur"].astype(np.float64)}
+    if gap:
+        data["count"] = cols["count"].astype(np.int32)
+    src = ColumnDataSource(data)
+    fig.hbar(y="y", left="left", right="right", height=0.8, fill_color="color", line_color="color", line_width=1,
+             source=src)  # a bar too short for a pixel still shows (and hovers): its 1-pixel outline
+    labels = [r.label for r in rows][::-1]  # by y
+    look = {k: CustomJSHover(args={"items": [str(x) for x in items]}, code="return items[value]")
+            for k, items in (("@name", names), ("@what", whats), ("@y", labels))}
+    tips = [("", "@name{custom}"), ("what", "@what{custom}"), ("row", "@y{custom}"),
+            ("start", "@left{0,0.000} ms"), ("duration", "@dur{0,0.000} ms")]
+    if gap:  # a merged bar: its events' summed duration, and how many they are
+        tips[-1] = ("duration (its events, summed)", "@dur{0,0.000} ms")
+        tips.append(("events", "@count"))
+    fig.add_tools(HoverTool(tooltips=tips, formatters=look, renderers=[fig.renderers[-1]]))
     fig.yaxis.ticker = FixedTicker(ticks=list(range(len(rows))))
     fig.yaxis.major_label_overrides = {len(rows) - 1 - i: r.label for i, r in enumerate(rows)}
     fig.ygrid.grid_line_color = None
     fig.toolbar.logo = None
-    return InteractiveTimeline(fig, [r.label for r in rows], events, bars, gap)
+    return InteractiveTimeline(fig, [r.label for r in rows], events, bars, gap, names=list(names),
+                               whats=list(whats), hexes=list(hexes))
