@@ -55,7 +55,7 @@ _LAZY = {
 }
 _SUBMODULES = {"annotate", "bench", "ledger", "tables", "charts", "nsys", "report", "reader", "reader_nvtx",
                "summaries", "analysis", "advice", "ranks", "ranks_profile", "timeline", "doctor", "env", "errors",
-               "cli", "style", "bench_core", "bench_parallel", "progress", "timeline_interactive", "perfetto"}
+               "cli", "style", "bench_core", "bench_parallel", "progress", "timeline_interactive", "timeline_layout", "perfetto"}
 
 __all__ = ["profile"] + sorted(_LAZY) + sorted(_SUBMODULES)
 

@@ -134,9 +134,9 @@ def trace_packets(report) -> list:
 
     # threads: NVTX (default domain on the thread track, other domains on child tracks), CUDA API
     threads = {}
-    from labkit.timeline import _thread_labels  # the static timeline's names (decode, main...)
+    from labkit.timeline_layout import thread_labels  # the timelines' names (decode, main...)
 
-    labels = {g: lab.rsplit(" (tid", 1)[0] for g, lab in _thread_labels(nv).items()} if len(nv) else {}
+    labels = {g: lab.rsplit(" (tid", 1)[0] for g, lab in thread_labels(nv).items()} if len(nv) else {}
     names = dict(zip(report.threads["global_tid"], report.threads["thread_name"])) \
         if "thread_name" in report.threads.columns else {}
     for df in (nv, api):

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.analysis import busy_intervals
-from labkit.timeline import colour_key, colours, layout
+from labkit.timeline_layout import colour_key, colours, layout
 
 __all__ = ["interactive_timeline", "InteractiveTimeline"]
 
