@@ -1,4 +1,5 @@
-"""Time plot_timeline (draw and save a PNG) on synthetic reports of 20k and 200k events, and the
+"""Time plot_timeline (draw and save a PNG) and the Perfetto export on synthetic reports of 20k
+and 200k events, and the
 interactive timeline's first render: build the Bokeh figure, embed it (BokehJS inline) and draw
 it in headless Chromium until BokehJS says the document is idle (the page is interactive).
 
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from labkit.perfetto import to_perfetto
 from labkit.report import CUDA_API_COLUMNS, Report
 from labkit.timeline import plot_timeline
 
@@ -90,6 +92,10 @@ def main() -> None:
         fig.savefig(io.BytesIO(), format="png")
         t2 = time.perf_counter()
         print(f"{n:>8} events, static: plot {t1 - t0:.2f} s, save PNG {t2 - t1:.2f} s, total {t2 - t0:.2f} s")
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            out = to_perfetto(rep, Path(tmp) / "t.pftrace")
+            print(f"{n:>8} events, Perfetto export: {time.perf_counter() - t0:.2f} s, {out.stat().st_size / 1e6:.1f} MB")
     if args.no_browser:
         return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["to_perfetto", "trace_packets", "cli_export"]
+__all__ = ["to_perfetto", "trace_message", "cli_export"]
 
 
 def _lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -49,23 +49,22 @@ def _lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return lane
 
 
-def _slices(pb, out: list, track: int, start, end, names, cats=None, notes=None, flows=None, ends_flows=None):
-    """Append begin/end packets of one lane's nested events (sorted by start, longest first)."""
-    stack: list[tuple[int, int]] = []  # (end, index)
+def _slices(pb, out, track: int, start, end, names, cats=None, notes=None, flows=None, ends_flows=None):
+    """Add to the Trace ``out`` the begin/end packets of one lane's nested events (sorted by
+    start, longest first), in place (copying a message per event would double the cost)."""
+    stack: list[int] = []  # ends of the open slices
     B, E = pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_SLICE_END
-
-    def close(until):
-        while stack and stack[-1][0] <= until:
-            t, _ = stack.pop()
-            out.append(pb.TracePacket(timestamp=t, trusted_packet_sequence_id=1,
-                                      track_event=pb.TrackEvent(type=E, track_uuid=track)))
-
-    for i in range(len(start)):
-        s, e = int(start[i]), int(end[i])
-        close(s)
-        ev = pb.TrackEvent(type=B, track_uuid=track, name=str(names[i]))
+    add = out.packet.add
+    start, end = start.tolist(), end.tolist()
+    for i, s in enumerate(start):
+        while stack and stack[-1] <= s:
+            pkt = add(timestamp=stack.pop(), trusted_packet_sequence_id=1)
+            pkt.track_event.type, pkt.track_event.track_uuid = E, track
+        pkt = add(timestamp=s, trusted_packet_sequence_id=1)
+        ev = pkt.track_event
+        ev.type, ev.track_uuid, ev.name = B, track, names[i]
         if cats is not None and cats[i]:
-            ev.categories.append(str(cats[i]))
+            ev.categories.append(cats[i])
         if flows is not None and flows[i] >= 0:
             ev.flow_ids.append(int(flows[i]))
         if ends_flows is not None and ends_flows[i] >= 0:
@@ -73,15 +72,17 @@ def _slices(pb, out: list, track: int, start, end, names, cats=None, notes=None,
         if notes is not None:
             for key, values in notes.items():
                 v = values[i]
-                if v is not None and not (isinstance(v, float) and np.isnan(v)) and v is not pd.NA:
-                    a = ev.debug_annotations.add(name=key)
-                    if isinstance(v, (int, np.integer)):
-                        a.int_value = int(v)
-                    else:
-                        a.string_value = str(v)
-        out.append(pb.TracePacket(timestamp=s, trusted_packet_sequence_id=1, track_event=ev))
-        stack.append((e, i))
-    close(np.iinfo(np.int64).max)
+                if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+                    continue
+                a = ev.debug_annotations.add(name=key)
+                if isinstance(v, (int, np.integer)):
+                    a.int_value = int(v)
+                else:
+                    a.string_value = str(v)
+        stack.append(end[i])
+    while stack:
+        pkt = add(timestamp=stack.pop(), trusted_packet_sequence_id=1)
+        pkt.track_event.type, pkt.track_event.track_uuid = E, track
 
 
 def _pick(value, sel):
@@ -96,14 +97,22 @@ def _flow_id(pid, corr) -> np.ndarray:
     return (np.asarray(pid, dtype=np.int64) & 0xFFFFFFF) * (1 << 32) + np.asarray(corr, dtype=np.int64) + 1
 
 
-def trace_packets(report) -> list:
-    """The report as a list of ``perfetto_trace_pb2.TracePacket`` (descriptors first)."""
+def trace_message(report):
+    """The report as a ``perfetto_trace_pb2.Trace`` message (track descriptors first)."""
+    descriptors, events = _build(report)
+    descriptors.MergeFrom(events)  # repeated fields append: descriptors, then events
+    return descriptors
+
+
+def _build(report):
+    """(descriptors, events): two Trace messages; their serializations concatenated are one
+    Trace (protobuf appends repeated fields), with no copy of a packet."""
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
     nv = report.nvtx
     nv = nv[nv["kind"] != "mark"] if len(nv) else nv
     api, gpu = report.cuda_api, report.gpu_ops()
-    descriptors, events = [], []
+    descriptors, events = [], pb.Trace()
     uuids = iter(range(1, 1 << 62))
     procs: dict[int, int] = {}
 
@@ -171,7 +180,7 @@ def trace_packets(report) -> list:
                       cats=lambda f: f["category"].astype(str).to_numpy(dtype=object),
                       ends_flows=lambda f: f["_flow"].to_numpy(),
                       notes=lambda f: {"correlation_id": f["correlation_id"].to_numpy()})
-    return descriptors + events
+    return pb.Trace(packet=descriptors), events
 
 
 def to_perfetto(report, path) -> Path:
@@ -179,14 +188,13 @@ def to_perfetto(report, path) -> Path:
 
     Returns: the path written. Raises: labkit.errors.OutputError when it cannot be written.
     """
-    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
-
     from labkit.errors import OutputError
 
     path = Path(path)
-    trace = pb.Trace(packet=trace_packets(report))
+    descriptors, events = _build(report)
+    data = descriptors.SerializeToString() + events.SerializeToString()
     try:
-        path.write_bytes(trace.SerializeToString())
+        path.write_bytes(data)
     except OSError as exc:
         raise OutputError(f"cannot write the Perfetto trace {path}: {exc.strerror or exc}; pass another path "
                           f"(-o) or free disk space") from None
