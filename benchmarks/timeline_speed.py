@@ -1,7 +1,6 @@
 """Time plot_timeline (draw and save a PNG) and the Perfetto export on synthetic reports of 20k
-and 200k events, and the
-interactive timeline's first render: build the Bokeh figure, embed it (BokehJS inline) and draw
-it in headless Chromium until BokehJS says the document is idle (the page is interactive).
+and 200k events, and the interactive timeline's first render: build the Bokeh figure, embed it
+(BokehJS inline) and draw it in headless Chromium until BokehJS says the document is idle.
 
     python benchmarks/timeline_speed.py [--events 20000 200000] [--threads 6] [--no-browser]
 
