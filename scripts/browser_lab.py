@@ -406,12 +406,12 @@ def run_notebook(driver, lab: Lab, name: str, *, timeout: float = 900, shot: Pat
     seconds = time.monotonic() - t0
     _scroll_through(driver)
     page = _read(driver) or {"prompts": [], "errors": [], "stderr": [], "images": []}
-    hover = hover_timeline(driver)
     if shot:
         shot.parent.mkdir(parents=True, exist_ok=True)
         # the notebook panel alone (no file browser), at the end of the notebook
         driver.find_element(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden)").screenshot(str(shot))
         small_png(shot)
+    hover = hover_timeline(driver)  # after the screenshot, which shows the notebook's end
     lab.shut_down(name)
     prompts = page["prompts"]
     return Outcome(notebook=name, seconds=round(seconds, 1), code_cells=len(prompts),
