@@ -1,19 +1,26 @@
-"""Time plot_timeline (draw and save a PNG) on synthetic reports of 20k and 200k events.
+"""Time plot_timeline (draw and save a PNG) and the Perfetto export on synthetic reports of 20k
+and 200k events, and the interactive timeline's first render: build the Bokeh figure, embed it
+(BokehJS inline) and draw it in headless Chromium until BokehJS says the document is idle.
 
-    python benchmarks/timeline_speed.py [--events 20000 200000] [--threads 6]
+    python benchmarks/timeline_speed.py [--events 20000 200000] [--threads 6] [--no-browser]
 
 Events are split over ``--threads`` threads (NVTX ranges, two nesting levels) and one GPU
 stream (kernels with their CUDA API launch calls), as a long queued pipeline run records them.
+The browser part needs Debian's chromium and chromium-driver and selenium (scripts/browser_lab.py).
 """
 from __future__ import annotations
 
 import argparse
 import io
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from labkit.perfetto import to_perfetto
 from labkit.report import CUDA_API_COLUMNS, Report
 from labkit.timeline import plot_timeline
 
@@ -44,10 +51,35 @@ def synthetic(n: int, threads: int, seed: int = 0) -> Report:
     return Report.from_frames(nvtx=nvtx, kernels=kern, cuda_api=api, path=f"synthetic-{n}")
 
 
+_IDLE = "return !!(window.Bokeh && Bokeh.documents.length && Bokeh.documents[0].is_idle)"
+
+
+def first_render(reports: dict, driver) -> None:
+    """Print, per report, the interactive timeline's first render: Python (figure and HTML) and
+    the browser (load to idle)."""
+    from labkit.timeline_interactive import interactive_timeline
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, rep in reports.items():
+            t0 = time.perf_counter()
+            t = interactive_timeline(rep)
+            path = Path(tmp) / f"timeline_{n}.html"
+            t.save(path)
+            t1 = time.perf_counter()
+            driver.get(path.as_uri())
+            while not driver.execute_script(_IDLE):
+                time.sleep(0.02)
+            t2 = time.perf_counter()
+            what = f"{t.bars:,} bars" + (f", merged (gap {t.gap_ns / 1e3:.0f} us)" if t.gap_ns else ", none merged")
+            print(f"{n:>8} events, interactive: python {t1 - t0:.2f} s, browser {t2 - t1:.2f} s, first render "
+                  f"{t2 - t0:.2f} s ({what}, {path.stat().st_size / 1e6:.1f} MB of HTML)", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, nargs="+", default=[20_000, 200_000])
     p.add_argument("--threads", type=int, default=6)
+    p.add_argument("--no-browser", action="store_true", help="time the static timeline only")
     args = p.parse_args()
     plot_timeline(synthetic(100, args.threads)).savefig(io.BytesIO(), format="png")  # imports, fonts: not timed
     for n in args.events:
@@ -58,7 +90,31 @@ def main() -> None:
         t1 = time.perf_counter()
         fig.savefig(io.BytesIO(), format="png")
         t2 = time.perf_counter()
-        print(f"{n:>8} events: plot {t1 - t0:.2f} s, save PNG {t2 - t1:.2f} s, total {t2 - t0:.2f} s")
+        print(f"{n:>8} events, static: plot {t1 - t0:.2f} s, save PNG {t2 - t1:.2f} s, total {t2 - t0:.2f} s")
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            out = to_perfetto(rep, Path(tmp) / "t.pftrace")
+            print(f"{n:>8} events, Perfetto export: {time.perf_counter() - t0:.2f} s, {out.stat().st_size / 1e6:.1f} MB")
+    if args.no_browser:
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import browser_lab
+
+    why = browser_lab.missing()
+    if why:
+        print(f"interactive first render not timed: {why}")
+        return
+    with browser_lab.chromium() as driver:
+        reports = {n: synthetic(n, args.threads) for n in args.events}
+        for rep in reports.values():
+            rep.gpu_ops()
+        warm = synthetic(100, args.threads)  # BokehJS parsed once, imports done: not timed
+        from labkit.timeline_interactive import interactive_timeline
+
+        with tempfile.TemporaryDirectory() as tmp:
+            interactive_timeline(warm).save(Path(tmp) / "warm.html")
+            driver.get((Path(tmp) / "warm.html").as_uri())
+        first_render(reports, driver)
 
 
 if __name__ == "__main__":

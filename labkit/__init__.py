@@ -22,7 +22,8 @@ run -> report -> DataFrames -> tables, plots, one module per step:
 - advice (takes the Report): ``advise`` (findings, lever ids of ``labkit.advice.LEVERS`` in general
   words, predicted speed-ups with their basis and assumptions), ``next_lever``
 - many reports (one per rank): ``load_reports`` -> ``Reports``, ``profile_ranks``, ``plot_rank_timeline``
-- plots: ``plot_timeline``
+- plots: ``plot_timeline`` (``interactive=True``: ``interactive_timeline``, Bokeh)
+- export: ``to_perfetto`` (a Perfetto trace of threads, NVTX, CUDA API calls and GPU work)
 - benchmarks: ``bench`` (module), ``Ledger``, ``speedup_table``
 - environment: ``doctor``
 - annotation for applications: ``labkit.annotate`` (no pandas/matplotlib on import)
@@ -42,6 +43,8 @@ _LAZY = {
     "load_report": ("labkit.report", "load_report"),
     "Report": ("labkit.report", "Report"),
     "plot_timeline": ("labkit.timeline", "plot_timeline"),
+    "interactive_timeline": ("labkit.timeline_interactive", "interactive_timeline"),
+    "to_perfetto": ("labkit.perfetto", "to_perfetto"),
     "Ledger": ("labkit.ledger", "Ledger"),
     "speedup_table": ("labkit.tables", "speedup_table"),
     "doctor": ("labkit.doctor", "doctor"),
@@ -63,7 +66,7 @@ _LAZY = {
 _SUBMODULES = {"annotate", "bench", "ledger", "tables", "charts", "nsys", "report", "reader", "reader_nvtx",
                "summaries", "analysis", "advice", "ranks", "ranks_profile", "timeline", "doctor", "env", "errors",
                "cli", "style", "bench_core", "bench_parallel", "progress", "window", "diff", "reader_cpu", "idle",
-               "advice_rules", "advice_evidence"}
+               "advice_rules", "advice_evidence", "timeline_interactive", "timeline_layout", "perfetto"}
 
 __all__ = ["profile"] + sorted(_LAZY) + sorted(_SUBMODULES)
 

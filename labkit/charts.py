@@ -16,7 +16,7 @@ import math
 
 import pandas as pd
 
-from labkit.style import stage_color
+from labkit.style import colour_map
 from labkit.tables import SpeedupTable, latest_rows
 
 __all__ = ["speedup_bars", "fps_vs_accuracy", "stage_bars", "tradeoff", "predicted_vs_measured", "predictions"]
@@ -136,8 +136,11 @@ def stage_bars(frame: pd.DataFrame, *, title: str | None = None):
     return fig
 
 
-def _stage_colors(stages):
-    return {s: stage_color(s) for s in stages}
+def _stage_colors(columns):
+    """Colour per ``stage_ms.<stage>`` column: the stage's own (labkit.style), looked up by the
+    stage's name, not the column's; other names distinct within the figure."""
+    cmap = colour_map(c.split(".", 1)[1] for c in columns)
+    return {c: cmap[c.split(".", 1)[1]] for c in columns}
 
 
 def tradeoff(frame: pd.DataFrame, *, label: str, title: str | None = None):

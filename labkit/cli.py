@@ -24,6 +24,7 @@ _COMMANDS = {
     "profile": ("labkit.cli", "cli_profile", "run a command under nsys: python -m labkit profile [--name N] -- CMD ..."),
     "summary": ("labkit.cli", "cli_summary", "summarize a report: python -m labkit summary REPORT [--what a,b,...] [--csv]"),
     "compare": ("labkit.cli", "cli_compare", "what changed between two reports: python -m labkit compare A B"),
+    "export": ("labkit.perfetto", "cli_export", "export a report as a Perfetto trace: python -m labkit export --perfetto REPORT [-o PATH]"),
     "table": ("labkit.tables", "cli_table", "print the relative-speedup table of a ledger: python -m labkit table [PATH]"),
 }
 

@@ -7,7 +7,7 @@ import zlib
 
 import pandas as pd
 
-__all__ = ["STAGE_COLORS", "GPU_COLORS", "stage_color", "full_text", "FullTextFrame"]
+__all__ = ["STAGE_COLORS", "GPU_COLORS", "stage_color", "colour_map", "full_text", "FullTextFrame"]
 
 # The application's stages (its NVTX range names), in pipeline order; tab10 hues.
 STAGE_COLORS = {
@@ -32,6 +32,41 @@ def stage_color(name: str) -> str:
     if name in STAGE_COLORS:
         return STAGE_COLORS[name]
     return _OTHER[zlib.crc32(name.encode()) % len(_OTHER)]
+
+
+# Past the 12 colours above: matplotlib's tab20b and tab20c hues (no stage, GPU or grey colour
+# among them), then distinct generated hues.
+_MORE = ("#393b79", "#5254a3", "#6b6ecf", "#9c9ede", "#637939", "#8ca252", "#b5cf6b", "#cedb9c", "#8c6d31",
+         "#bd9e39", "#e7ba52", "#e7cb94", "#843c39", "#ad494a", "#d6616b", "#e7969c", "#7b4173", "#a55194",
+         "#ce6dbd", "#de9ed6", "#3182bd", "#6baed6", "#9ecae1", "#c6dbef", "#e6550d", "#fd8d3c", "#fdae6b",
+         "#fdd0a2", "#31a354", "#74c476", "#a1d99b", "#c7e9c0", "#756bb1", "#9e9ac8", "#bcbddc", "#dadaeb")
+
+
+def colour_map(names) -> dict:
+    """One colour per name, no two names sharing one (one figure's legend): stages keep their
+    :data:`STAGE_COLORS`; any other name gets :func:`stage_color`'s stable pick when no other
+    name of the figure has it yet, else the next free colour (a stable pick per name, as long
+    as the figure's other names leave it free)."""
+    names = list(dict.fromkeys(str(n) for n in names))
+    out = {n: STAGE_COLORS[n] for n in names if n in STAGE_COLORS}
+    reserved = set(STAGE_COLORS.values()) | set(GPU_COLORS.values())
+    used = set(out.values())
+    pool = [c for c in dict.fromkeys(_OTHER + _MORE) if c not in reserved]
+    for n in sorted(n for n in names if n not in out):  # sorted: the same figure, the same colours
+        first = zlib.crc32(n.encode()) % len(_OTHER)
+        pick = next((pool[(first + i) % len(pool)] for i in range(len(pool)) if pool[(first + i) % len(pool)]
+                     not in used), None)
+        k = 0
+        while pick is None:  # more names than the palette: distinct generated hues (golden-ratio steps)
+            import colorsys
+
+            r, g, b = colorsys.hsv_to_rgb((0.137 + 0.618034 * k) % 1.0, 0.55 + 0.4 * (k % 3) / 2, 0.75 - 0.2 * (k % 2))
+            cand = f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}"
+            pick = cand if cand not in used and cand not in reserved else None
+            k += 1
+        out[n] = pick
+        used.add(pick)
+    return {n: out[n] for n in names}
 
 
 

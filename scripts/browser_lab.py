@@ -183,6 +183,7 @@ class Outcome:
     home_written: list[str] = field(default_factory=list)  # under $HOME, outside HOME_CACHES
     solution_cells: int = 0  # code cells appended from the solutions (the last ones)
     timed_out: bool = False
+    hover: str = ""  # what the first interactive (Bokeh) timeline's hover showed over its widest bar
 
     @property
     def clean(self) -> bool:
@@ -265,6 +266,62 @@ def changed(before: dict, after: dict, *, allowed: tuple[str, ...] = ()) -> list
 
 def _read(driver) -> dict | None:
     return driver.execute_script(_READ)
+
+
+# The first Bokeh figure with bars (labkit's interactive timeline): scroll it into view and give
+# the viewport position of its widest bar's middle.
+_BAR = """
+if (!window.Bokeh || !Bokeh.index) return null;
+for (const v of Object.values(Bokeh.index)) {
+  const r = (v.model.renderers || []).find(r => r.data_source && r.data_source.data && r.data_source.data.left);
+  if (!r || !v.frame) continue;
+  const d = r.data_source.data, x0 = v.frame.x_range.start, x1 = v.frame.x_range.end;
+  let best = -1, width = -1;
+  for (let i = 0; i < d.left.length; i++) {
+    const w = Math.min(d.right[i], x1) - Math.max(d.left[i], x0);
+    if (w > width) { width = w; best = i; }
+  }
+  if (best < 0) return null;
+  v.el.scrollIntoView({block: 'center'});
+  const box = v.canvas_view.el.getBoundingClientRect();
+  const x = (Math.max(d.left[best], x0) + Math.min(d.right[best], x1)) / 2;
+  return [box.left + v.frame.x_scale.compute(x), box.top + v.frame.y_scale.compute(d.y[best])];
+}
+return null;
+"""
+# The text of the tooltips shown (BokehJS draws them inside shadow roots).
+_TOOLTIP = """
+const out = [];
+const walk = (n) => {
+  if (!n) return;
+  if (n.classList && n.classList.contains('bk-tooltip-content')) out.push(n.innerText || n.textContent);
+  if (n.shadowRoot) walk(n.shadowRoot);
+  for (const c of n.children || []) walk(c);
+};
+walk(document.body);
+return out.join('\\n');
+"""
+
+
+def hover_timeline(driver) -> str:
+    """Move the mouse over the widest bar of the page's first interactive timeline and return the
+    text its hover shows ('' when there is no such figure or no tooltip)."""
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+
+    spot = driver.execute_script(_BAR)
+    if not spot:
+        return ""
+    time.sleep(0.5)
+    spot = driver.execute_script(_BAR)  # after the scroll
+    for dx in (0, 1, -1):  # a first move can land before the figure listens
+        ab = ActionBuilder(driver)
+        ab.pointer_action.move_to_location(int(spot[0]) + dx, int(spot[1]))
+        ab.perform()
+        time.sleep(1.0)
+        text = driver.execute_script(_TOOLTIP)
+        if text.strip():
+            return text.strip()
+    return ""
 
 
 def _scroll_through(driver) -> None:
@@ -354,6 +411,7 @@ def run_notebook(driver, lab: Lab, name: str, *, timeout: float = 900, shot: Pat
         # the notebook panel alone (no file browser), at the end of the notebook
         driver.find_element(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden)").screenshot(str(shot))
         small_png(shot)
+    hover = hover_timeline(driver)  # after the screenshot, which shows the notebook's end
     lab.shut_down(name)
     prompts = page["prompts"]
     return Outcome(notebook=name, seconds=round(seconds, 1), code_cells=len(prompts),
@@ -362,7 +420,7 @@ def run_notebook(driver, lab: Lab, name: str, *, timeout: float = 900, shot: Pat
                    broken_images=[src for ok, src in page["images"] if not ok],
                    written=changed(before, snapshot(watch, skip=ALLOWED)),
                    home_written=changed(home_before, snapshot(lab.home), allowed=tuple(HOME_CACHES)),
-                   solution_cells=len(code), timed_out=seconds >= timeout)
+                   solution_cells=len(code), timed_out=seconds >= timeout, hover=hover)
 
 
 def notebooks(which: list[str]) -> list[str]:

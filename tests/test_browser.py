@@ -120,6 +120,10 @@ def test_run_all_in_the_browser(lab, name):
     with browser_lab.chromium() as driver:
         out = browser_lab.run_notebook(driver, lab, name, shot=ROOT / "reports" / "browser" / f"{name[:-6]}.png")
     _assert_clean(out)
+    if name.startswith("01"):  # the interactive timeline rendered, and its hover names a range with its duration
+        lines = out.hover.splitlines()
+        assert lines and lines[0].strip(), f"{name}: hovering the interactive timeline showed nothing: {out.hover!r}"
+        assert "NVTX range" in out.hover and "duration:" in out.hover and " ms" in out.hover, out.hover
 
 
 def test_solutions_are_the_fenced_blocks_of_the_solution_cells():

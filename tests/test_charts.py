@@ -149,3 +149,28 @@ def test_predicted_vs_measured_needs_a_step_after_the_baseline(tmp_path):
     assert len(charts.predictions(table)) == 0
     with pytest.raises(ValueError, match="run a step after the baseline"):
         charts.predicted_vs_measured(table)
+
+
+def test_stage_colours_are_labkit_style_in_every_plot(ledger_frame):
+    """One colour per stage in every plot that draws stages: stage bars and the timelines (issue 21)."""
+    from pathlib import Path
+
+    from matplotlib.colors import to_hex
+
+    from labkit.report import load_report
+    from labkit.style import STAGE_COLORS
+    from labkit.timeline import plot_timeline
+
+    fig = charts.stage_bars(ledger_frame)
+    legend = {t.get_text(): to_hex(h.get_facecolor()) for t, h in zip(fig.legends[0].texts, fig.legends[0].legend_handles)}
+    assert {k: legend[k] for k in ("decode", "preprocess", "infer")} == {k: STAGE_COLORS[k] for k in
+                                                                         ("decode", "preprocess", "infer")}
+    assert legend["draw"] not in STAGE_COLORS.values() and len(set(legend.values())) == len(legend)
+    for ax in fig.axes:  # every bar of a stage has the stage's colour
+        for bars in ax.containers:
+            assert {to_hex(b.get_facecolor()) for b in bars} == {legend[bars.get_label()]}
+    rep = load_report(Path(__file__).parent / "fixtures" / "pipeline.nsys2022.4.sqlite")
+    tl = plot_timeline(rep, max_depth=0)
+    leg = tl.axes[0].get_legend()
+    drawn = {t.get_text(): to_hex(h.get_facecolor()) for t, h in zip(leg.get_texts(), leg.legend_handles)}
+    assert {k: drawn[k] for k in STAGE_COLORS} == STAGE_COLORS
