@@ -151,7 +151,15 @@ def write_keep(work: Path, out: Path) -> list[str]:
             src = _latest(work / "reports" / "profiles", step, suffix)
             if src:
                 shutil.copy2(src, keep / src.name)
-    _tar(out / "keep.tgz", [(f, f.name) for f in sorted(keep.iterdir())])
+    files = sorted(keep.iterdir())
+    if _tar(out / "keep.tgz", [(f, f.name) for f in files]) > MAX_STATE:
+        # the SQLite exports are made again from the .nsys-rep (nsys export) where they do not fit
+        for f in files:
+            if f.suffix == ".sqlite":
+                f.unlink()
+        if _tar(out / "keep.tgz", [(f, f.name) for f in sorted(keep.iterdir())]) > MAX_STATE:
+            print(f"record_reference: keep.tgz is over 16 MiB ({', '.join(steps)}): it will not come back from "
+                  "the device; lower the frames of the record profile", file=sys.stderr)
     return steps
 
 
@@ -210,11 +218,14 @@ def run(args) -> int:
     _log(out, f"call {progress['calls']}: {'state restored from ' + str(state_dir) if restored else 'work folder ' + str(work)}; "
               f"budget {args.budget:.0f} s; commit {provenance.get('commit')}")
 
-    def save(note: str = "") -> None:
+    def save() -> list[str]:
+        """Progress, state.tgz and keep.tgz in ``out``: what comes back if the call is killed."""
         progress_file.write_text(json.dumps(progress, indent=1))
+        kept = write_keep(work, out)
         dropped = write_state(work, out, args.mode)
         if dropped:
             _log(out, f"state.tgz: left out {', '.join(dropped)} (16 MiB at most)")
+        return kept
 
     ran = 0
     for name in plan:
@@ -249,11 +260,10 @@ def run(args) -> int:
         _log(out, f"{name}: {status} in {progress['seconds'][name]:.0f} s{' (' + why + ')' if why else ''}")
 
     remaining = [s for s in plan if s not in progress["done"]]
-    kept = write_keep(work, out)
+    kept = save()
     provenance.update(complete=not remaining, steps_done=progress["done"], steps_remaining=remaining,
                       calls=progress["calls"], kept_reports=kept,
                       written=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    save()
     note = write_reference(work, out, machine=args.machine, provenance=provenance)
     _log(out, f"reference: {note}; kept reports of {', '.join(kept) or 'no step'}")
     _log(out, "complete: every step has a ledger row" if not remaining else
