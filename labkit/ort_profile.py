@@ -13,6 +13,8 @@ QuantizeLinear group was fused) and ``provider``; ``dur`` is in microseconds.
   Transpose moving quantized data), ``qdq`` (QuantizeLinear / DequantizeLinear, the
   conversions between float and integer), ``float`` (everything else).
 - ``class_shares(path)``: the share of kernel time per class (sums to 1).
+- ``profile_model(model, inputs, runs=)``: run an ONNX model ``runs`` times with profiling on
+  and return the profile's path (every run is in it, the first one's allocations too).
 """
 from __future__ import annotations
 
@@ -88,6 +90,23 @@ def op_profile(path: str | Path) -> pd.DataFrame:
     out["total_ms"] = out["total_ms"] / 1e3
     out["share"] = out["total_ms"] / out["total_ms"].sum()
     return out.sort_values("total_ms", ascending=False, ignore_index=True)
+
+
+def profile_model(model: str | Path, inputs, *, runs: int = 5, prefix: str | Path | None = None,
+                  providers: tuple[str, ...] = ("CPUExecutionProvider",)) -> Path:
+    """Run the ONNX model ``model`` ``runs`` times on ``inputs`` (an array for its first input, or a
+    dict of input name -> array) with ONNX Runtime's profiling on; return the profile JSON's path
+    (``<prefix>_<date>.json``; default prefix: the model's path without its suffix)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(prefix if prefix is not None else Path(model).with_suffix(""))
+    sess = ort.InferenceSession(str(model), so, providers=list(providers))
+    feed = inputs if isinstance(inputs, dict) else {sess.get_inputs()[0].name: inputs}
+    for _ in range(runs):
+        sess.run(None, feed)
+    return Path(sess.end_profiling())
 
 
 def class_shares(path: str | Path) -> pd.Series:

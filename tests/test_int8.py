@@ -13,7 +13,6 @@ import json
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
 
@@ -52,13 +51,8 @@ def frames(cache):
     return B.scene_frames(seed=9901, count=2, seconds=1.0, workdir=cache / "scenes")
 
 
-def profile(path, x, prefix) -> str:
-    so = ort.SessionOptions()
-    so.enable_profiling = True
-    so.profile_file_prefix = str(prefix)
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    sess.run(None, {sess.get_inputs()[0].name: x})
-    return sess.end_profiling()
+def profile(path, x, prefix):
+    return ort_profile.profile_model(path, x, runs=1, prefix=prefix)
 
 
 def test_every_conv_of_the_cpu_model_is_quantized_in_the_graph(fp32_path, int8_path):
