@@ -1,4 +1,7 @@
-"""INT8 calibration data: the settings that key it, and frames of generated scenes to calibrate on.
+"""INT8 calibration and quantization: the settings that key it, frames to calibrate on, the QDQ recipe.
+
+The calibration frames are frames of clips made as the lab's clips are (the same scene
+generator, 1280x720, the same codec, read back with OpenCV), from seeds the lab never scores.
 
 The scene seeds (9101-9104) are far from the evaluation seeds (small integers) and the
 training seeds (>= 100000), so calibration never sees a held-out clip.
