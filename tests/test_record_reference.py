@@ -7,6 +7,7 @@ complete reference folder. Real parts only: the lab's steps run the application 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -22,13 +23,13 @@ SCRIPT = ROOT / "scripts" / "record_reference.py"
 
 def driver(*args, cwd=ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, timeout=900)
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=900)
 
 
 def _ledger(out: Path, tmp: Path, machine: str) -> list[dict]:
     with tarfile.open(out / "reference.tgz") as tar:
         tar.extractall(tmp, filter="data")
-    return [r for r in Ledger(tmp / machine / "ledger.jsonl").rows()]
+    return list(Ledger(tmp / machine / "ledger.jsonl").rows())
 
 
 @pytest.mark.nsys
