@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from labkit.env import reports_dir
 from source_code.stages import STAGES  # noqa: F401  (the app's stage names, one home)
 
-MODES = ("small", "full")
+MODES = ("small", "full", "record")  # record: scripts/record_reference.py's GPU reference (full-gpu, fewer sweeps)
 MODE = os.environ.get("LABKIT_MODE", "full").strip().lower() or "full"
 if MODE not in MODES:
     raise ValueError(f"LABKIT_MODE={MODE!r}: use 'small' (a few minutes) or 'full'")
@@ -65,6 +65,9 @@ SETTINGS = {
                          input_hw=None, batch_sizes=(4, 8, 16), batch=32, streams=(2, 4), intervals=(2, 5, 10, 20, 30), interval=3),
 }
 """Each mode's settings. Small mode is a rehearsal: its tables say so (``REHEARSAL``)."""
+# The H100 reference in budgeted device calls: full-gpu's runs, one value per sweep.
+SETTINGS["record"] = replace(SETTINGS["full-gpu"], batch_sizes=(8,), streams=(4,))
+
 
 REHEARSAL = {"small": "small mode: a rehearsal (short runs, one each), not a measurement to quote"}
 """What a table of each mode must say about it (none for the full modes)."""
@@ -85,8 +88,8 @@ def gpu_available() -> bool:
 
 def settings(mode: str = MODE, gpu: bool | None = None) -> Settings:
     """The settings of ``mode`` (``small`` is the same everywhere; ``full`` depends on the GPU)."""
-    if mode == "small":
-        return SETTINGS["small"]
+    if mode in ("small", "record"):
+        return SETTINGS[mode]
     return SETTINGS["full-gpu" if (gpu_available() if gpu is None else gpu) else "full-cpu"]
 
 

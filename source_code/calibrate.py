@@ -1,7 +1,7 @@
 """Prepare the INT8 model ahead of a run: export to ONNX, calibrate on generated scenes, cache.
 
     python source_code/calibrate.py [--weights W] [--cache-dir D] [--seeds 9101,9102,9103,9104]
-        [--frames-per-seed 16] [--seconds 2] [--method minmax|entropy|percentile]
+        [--frames-per-seed 16] [--seconds 2] [--method minmax|entropy|percentile] [--target cpu|tensorrt]
 
 ``make_backend(..., precision="int8")`` does the same on first use; running this first keeps
 calibration (tens of seconds on a CPU) out of the first profiled run. Scene seeds must differ
@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 from source_code.backends.artifacts import default_cache_dir, ensure_int8_onnx, ensure_onnx
-from source_code.backends.calibration import CalibrationSettings
+from source_code.backends.calibration import TARGETS, CalibrationSettings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames-per-seed", type=int, default=defaults.frames_per_seed)
     parser.add_argument("--seconds", type=float, default=defaults.seconds)
     parser.add_argument("--method", default=defaults.method, choices=["minmax", "entropy", "percentile"])
+    parser.add_argument("--target", default=defaults.target, choices=list(TARGETS),
+                        help="cpu: every Conv as ONNX Runtime's QLinearConv (U8S8); tensorrt: symmetric INT8")
     args = parser.parse_args(argv)
 
     from source_code.detector import INPUT_HW, load_detector
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     settings = CalibrationSettings(seeds=tuple(int(s) for s in args.seeds.split(",")),
                                    frames_per_seed=args.frames_per_seed, seconds=args.seconds,
-                                   method=args.method, per_channel=defaults.per_channel)
+                                   method=args.method, per_channel=defaults.per_channel, target=args.target)
     cache = args.cache_dir or default_cache_dir()
     t0 = time.perf_counter()
     fp32 = ensure_onnx(model, cache_dir=cache, input_hw=INPUT_HW)

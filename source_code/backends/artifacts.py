@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from source_code.backends.base import BackendUnavailable, default_input_hw
-from source_code.backends.calibration import CalibrationSettings, SceneCalibrationReader
+from source_code.backends.calibration import CalibrationSettings, quantize_qdq
 from source_code.backends.onnx_export import export_onnx
 
 
@@ -98,45 +98,21 @@ def ensure_int8_onnx(onnx_path: Path, *, calibration: CalibrationSettings, input
                      cache_dir: Path, workdir: str | os.PathLike | None = None) -> Path:
     """The QDQ INT8 model of ``onnx_path``, cached next to it keyed by calibration settings.
 
-    Static quantization (``quantize_static``), QDQ format, INT8 weights per channel and INT8
-    activations, both symmetric: that is the form TensorRT's explicit quantization accepts,
-    and ONNX Runtime's recommended S8S8 QDQ form on CPU. The output convolutions of the three
-    heads are left in float: the heatmap logits feed a sigmoid and a threshold, where a
-    coarse quantization step changes which detections survive.
+    The recipe (``calibration.quantize_qdq``) depends on ``calibration.target``: every Conv
+    as ONNX Runtime's ``QLinearConv`` on CPU, or TensorRT's symmetric explicit quantization.
     """
-    import onnx
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
-               "percentile": CalibrationMethod.Percentile}
-    if calibration.method not in methods:
-        raise BackendUnavailable(f"unknown calibration method {calibration.method!r}: choose one of {', '.join(methods)}")
+    if calibration.method not in ("minmax", "entropy", "percentile"):
+        raise BackendUnavailable(f"unknown calibration method {calibration.method!r}: choose one of minmax, entropy, percentile")
     out = cache_dir / f"{onnx_path.stem}-int8-{calibration.key()}.onnx"
     if verified(out):
         return out
     from labkit import annotate
 
-    pre = cache_dir / f".{onnx_path.stem}.{os.getpid()}.pre.onnx"
     tmp = cache_dir / f".{out.stem}.{os.getpid()}.onnx"
     with contextlib.ExitStack() as stack:
         stack.enter_context(annotate.range("int8_calibration"))
-        stack.callback(pre.unlink, missing_ok=True)
         stack.callback(tmp.unlink, missing_ok=True)
-        # ONNX shape inference is enough here (static H, W); the symbolic pass stops at Resize.
-        quant_pre_process(str(onnx_path), str(pre), skip_symbolic_shape=True)
-        proto = onnx.load(str(pre))
-        input_name = proto.graph.input[0].name
-        outputs = {o.name for o in proto.graph.output}
-        head_nodes = [n.name for n in proto.graph.node if set(n.output) & outputs]
-        reader = SceneCalibrationReader(calibration, input_name=input_name, input_hw=input_hw, workdir=workdir)
-        quantize_static(
-            str(pre), str(tmp), reader,
-            quant_format=QuantFormat.QDQ, per_channel=calibration.per_channel,
-            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-            calibrate_method=methods[calibration.method], nodes_to_exclude=head_nodes,
-            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
-        )
+        quantize_qdq(onnx_path, tmp, calibration=calibration, input_hw=input_hw, workdir=workdir)
         os.replace(tmp, out)
         seal(out)
     return out

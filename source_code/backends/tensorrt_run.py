@@ -13,6 +13,7 @@ synchronization there). Ordering with torch's producer and consumer is by events
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -82,8 +83,8 @@ def make_trt_backend(model, *, precision, device, batch_size, cache_dir, input_h
     if not out.exists():
         src = ensure_onnx(model, cache_dir=cache_dir, input_hw=input_hw, fp16=precision == "fp16")
         if precision == "int8":
-            src = ensure_int8_onnx(src, calibration=calibration, input_hw=input_hw, cache_dir=cache_dir,
-                                   workdir=cache_dir / "calibration_scenes")
+            src = ensure_int8_onnx(src, calibration=dataclasses.replace(calibration, target="tensorrt"),
+                                   input_hw=input_hw, cache_dir=cache_dir, workdir=cache_dir / "calibration_scenes")
             src = qdq_to_fp16(src)
         with torch.cuda.device(device):
             build_engine(src, out, precision=precision, batch_size=batch_size, input_hw=input_hw, tf32=tf32)

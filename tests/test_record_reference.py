@@ -1,0 +1,92 @@
+"""scripts/record_reference.py: the reference recorded in budgeted calls, rehearsed on CPU.
+
+Two calls in a row in small mode, as on the device machine: each in a new work folder (a fresh
+machine), the second restoring the first's state from the tarballs it wrote, ending with a
+complete reference folder. Real parts only: the lab's steps run the application under nsys.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from labkit.ledger import Ledger
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "record_reference.py"
+
+
+def driver(*args, cwd=ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=900)
+
+
+def _ledger(out: Path, tmp: Path, machine: str) -> list[dict]:
+    with tarfile.open(out / "reference.tgz") as tar:
+        tar.extractall(tmp, filter="data")
+    return list(Ledger(tmp / machine / "ledger.jsonl").rows())
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_two_budgeted_calls_resume_and_complete_the_reference(tmp_path):
+    state, here = tmp_path / "state", tmp_path / "here"
+    assert driver("prepare", "--state-dir", state).returncode == 0
+    commit = json.loads((state / "commit.json").read_text())["commit"]
+    common = ["--mode", "small", "--machine", "cpu-rehearsal", "--steps", "baseline,queues,fp16", "--state-dir", state]
+
+    # Call 1: a budget of 1 s runs exactly one step, then writes its state.
+    first = driver("run", "--budget", 1, "--out", tmp_path / "out1", "--work", tmp_path / "work1", *common)
+    assert first.returncode == 0, first.stderr
+    log1 = (tmp_path / "out1" / "record.log").read_text()
+    assert "baseline: ok" in log1 and "queues:" not in log1.replace("stopping before queues", "")
+    assert log1.rstrip().endswith("2 of 3 steps remain: make another call with this state")
+    assert (tmp_path / "out1" / "state.tgz").stat().st_size <= 16 * 2**20
+    assert driver("fetch", tmp_path / "out1", "--state-dir", state, "--dest", here).returncode == 0
+    assert (state / "state.tgz").exists() and (state / "keep.tgz").exists()
+    assert (here / "cpu-rehearsal" / "provenance.json").exists()
+
+    # Call 2, on a "fresh machine" (a new work folder): resumes, never reruns the baseline.
+    second = driver("run", "--budget", 600, "--out", tmp_path / "out2", "--work", tmp_path / "work2", *common)
+    assert second.returncode == 0, second.stderr
+    log2 = (tmp_path / "out2" / "record.log").read_text()
+    assert "state restored" in log2 and "baseline:" not in log2
+    assert log2.rstrip().endswith("complete: every step has a ledger row")
+    rows = _ledger(tmp_path / "out2", tmp_path / "ref", "cpu-rehearsal")
+    assert [(r["step"], r.get("status", "ok")) for r in rows] == [("baseline", "ok"), ("queues", "ok"), ("fp16", "skipped")]
+    folder = tmp_path / "ref" / "cpu-rehearsal"
+    prov = json.loads((folder / "provenance.json").read_text())
+    assert prov["complete"] and prov["commit"] == commit and prov["calls"] == 2 and prov["mode"] == "small"
+    assert "baseline" in prov["kept_reports"]
+    # the baseline's nsys report survived the fresh machine, with its SQLite export
+    assert (folder / "baseline.nsys-rep").stat().st_size > 0 and (folder / "baseline.sqlite").exists()
+    assert {"doctor.txt", "timeline_baseline.png"} <= {p.name for p in folder.iterdir()}
+
+
+def test_a_step_that_never_finished_becomes_a_failed_row_and_the_call_goes_on(tmp_path):
+    """A step started in two calls (each killed at its limit) is not tried a third time."""
+    work = tmp_path / "work"
+    (work / "reports").mkdir(parents=True)
+    (work / "progress.json").write_text(json.dumps({"done": [], "attempts": {"baseline": 2}, "seconds": {}, "calls": 2}))
+    res = driver("run", "--budget", 600, "--out", tmp_path / "out", "--work", work, "--mode", "small",
+                 "--machine", "cpu-rehearsal", "--steps", "baseline,fp16", "--state-dir", tmp_path / "none")
+    assert res.returncode == 0, res.stderr
+    rows = list(Ledger(work / "reports" / "ledger.jsonl").rows())
+    assert [(r["step"], r["status"]) for r in rows] == [("baseline", "failed"), ("fp16", "skipped")]
+    assert "never finished" in rows[0]["reason"]
+    log = (tmp_path / "out" / "record.log").read_text()
+    assert log.rstrip().endswith("complete: every step has a ledger row")
+    assert (tmp_path / "out" / "state.tgz").exists() and (tmp_path / "out" / "reference.tgz").exists()
+
+
+def test_unknown_step_and_missing_out_are_one_line(tmp_path):
+    res = driver("run", "--budget", 1, "--out", tmp_path, "--work", tmp_path / "w", "--mode", "small", "--steps", "nope",
+                 "--state-dir", tmp_path / "s")
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "unknown step(s) nope" in res.stderr
+    res = driver("fetch", tmp_path / "empty", "--state-dir", tmp_path / "s")
+    assert res.returncode == 1 and "no state.tgz" in res.stderr
