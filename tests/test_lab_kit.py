@@ -80,3 +80,17 @@ def test_make_jupyter_never_asks_about_news(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_environment_pairs_torch_and_onnxruntime_gpu_on_one_cuda_major():
+    yaml = pytest.importorskip("yaml")
+    from labbook.stack import INDEX, cuda_verdict
+
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    index = next(x.split()[-1] for x in pip if x.startswith("--extra-index-url"))
+    assert index.endswith("/" + INDEX[12])  # onnxruntime-gpu on PyPI is built for CUDA 12
+    assert any(x.startswith("onnxruntime-gpu>=1.19") for x in pip) and any(x.startswith("torch") for x in pip)
+    assert cuda_verdict("12.8", "12.2")[0] and cuda_verdict(None, None)[0]
+    ok, line = cuda_verdict("13.0", "12.9")
+    assert not ok and "\n" not in line and "whl/cu128" in line and "CUDA 13.0" in line
