@@ -48,3 +48,16 @@ def test_the_check_finds_a_typed_figure(tmp_path):
     nb.write_text(json.dumps({"cells": [cell]}))
     found = typed_figures(nb)
     assert len(found) == 2 and "15.2 frames/s" in found[0] and "83 ms" in found[1]
+
+
+def test_every_h100_reference_label_names_the_commit_behind_it():
+    from labbook.evidence import H100_COMMIT, LABEL
+
+    assert H100_COMMIT in LABEL
+    assert f"**`{H100_COMMIT}`**" in (ROOT / "reports" / "reference" / "h100" / "EVIDENCE.md").read_text()
+    for nb in NOTEBOOKS:
+        for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
+            text = "".join(cell["source"])
+            for m in re.finditer(r"H100 reference", text):
+                near = text[m.start():m.start() + 120]
+                assert H100_COMMIT in near or "H100_COMMIT" in near or "the commit" in near, f"{nb.name} cell {i}: {near!r}"
