@@ -39,15 +39,19 @@ def run_step(name: str, *, profile: bool = True, mode: str = MODE, kind: str | N
     return run_plan(plan, profile=profile, env=env)
 
 
-def run_plan(plan: Plan, *, profile: bool = True, env: Mapping[str, str] | None = None) -> Outcome:
-    """Run a resolved step (see :func:`run_step`)."""
-    labels, led, s = plan.labels(), Ledger(LEDGER), plan.settings
+def run_plan(plan: Plan, *, profile: bool = True, env: Mapping[str, str] | None = None,
+             extra_labels: Mapping | None = None) -> Outcome:
+    """Run a resolved step (see :func:`run_step`); the first step of a machine and mode measures
+    the decode-only ceiling first (:func:`decode_ceiling`)."""
+    labels, led, s = {**plan.labels(), **dict(extra_labels or {})}, Ledger(LEDGER), plan.settings
     flags = dict(plan.flags)
     done = dict(kind=plan.kind, builds_on=plan.builds_on)
     reason = unavailable(**flags)
     if reason:
         led.append(not_run(plan.name, status="skipped", reason=reason, config=flags, labels=labels))
         return Outcome(plan.name, "skipped", reason, **done)
+    if not extra_labels:
+        decode_ceiling(plan.mode)
     options = app_options(flags, mode=plan.mode)
     line = Status(f"`{plan.name}`: {'one run under nsys, then ' if profile else ''}{s.repeats} measured run(s) of "
                   f"{s.frames} frames, running...")
@@ -68,6 +72,30 @@ def run_plan(plan: Plan, *, profile: bool = True, env: Mapping[str, str] | None 
         return Outcome(plan.name, "failed", why, **done)
     line.update(f"`{plan.name}`: done in {time.monotonic() - t0:.0f} s.")
     return Outcome(plan.name, "ok", result=result, **done)
+
+
+CEILING_STEP = "decode_ceiling"
+CEILING_FLAGS = {"decode_only": True, "queues": True}
+"""The decode-only run of the lab's source (a decoder thread, as the queued steps have): how fast
+this machine decodes the clip with nothing after it, the ceiling no step can truly pass."""
+
+
+def decode_ceiling(mode: str = MODE, *, profile: bool = False) -> Outcome | None:
+    """Measure the decode-only rate of the lab's source once per machine and mode: a ledger row
+    labelled ``ceiling: "decode"`` (``labkit.bench`` then flags every later row of this host and
+    mode whose frames/s is above it beyond the spread). Returns the run's outcome, or None when
+    the ledger already has an ok one for this host and mode."""
+    import socket
+
+    led = Ledger(LEDGER)
+    host = socket.gethostname()
+    for r in led.rows():
+        if r.get("ceiling") == "decode" and r.get("mode") == mode and r.get("status", "ok") == "ok" \
+                and (r.get("env") or {}).get("host", host) == host:
+            return None
+    plan = resolve(CEILING_STEP, mode=mode, kind="exercise", flags=CEILING_FLAGS,
+                   finding="none: the decode-only ceiling is a measurement, not a change")
+    return run_plan(plan, profile=profile, extra_labels={"ceiling": "decode", "mode": mode})
 
 
 def failure_line(e: BaseException) -> str:

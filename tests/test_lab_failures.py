@@ -33,3 +33,15 @@ def test_strict_mode_raises_it(led, monkeypatch):
     monkeypatch.setenv("LABKIT_STRICT", "1")
     with pytest.raises(NsysNotFoundError):
         lab.run_step("baseline", mode="small")
+
+
+def test_the_decode_ceiling_is_measured_once_per_machine_and_mode(led, monkeypatch):
+    """A real decode-only run of the small clip: one ledger row labelled ceiling=decode, and no
+    second run while it stands."""
+    monkeypatch.delenv("LABKIT_STRICT", raising=False)
+    out = labbook.runs.decode_ceiling("small")
+    assert out is not None and out.status == "ok", out
+    row = led.rows()[-1]
+    assert row["ceiling"] == "decode" and row["mode"] == "small" and row["kind"] == "exercise"
+    assert row["config"]["decode_only"] is True and row["metrics"]["fps"] > 0
+    assert labbook.runs.decode_ceiling("small") is None and len(led.rows()) == 1
