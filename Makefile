@@ -28,7 +28,7 @@ ifeq ($(EXISTING),1)
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 endif
 
-.PHONY: lab test jupyter browser doctor env clean-reports
+.PHONY: lab test jupyter browser doctor env reset clean-reports timings
 
 $(STAMP): pyproject.toml
 ifeq ($(EXISTING),1)
@@ -69,3 +69,16 @@ browser: $(STAMP)
 
 doctor: $(STAMP)
 	$(PY) -m labkit doctor --probe
+
+# Back to a fresh lab, keeping caches (data/ clips, converted models): removes the ledger,
+# profiles, results, videos and executed notebooks under $LABKIT_REPORTS (default reports/),
+# naming each; committed reference results stay. DRY_RUN=1 only lists them.
+reset:
+	@$(PYTHON) scripts/reset_lab.py $(if $(DRY_RUN),--dry-run)
+
+clean-reports: reset
+
+# The measured timing plan: every notebook headless in MODE, seconds per notebook in
+# $LABKIT_REPORTS/notebooks/timings.json (notebooks/README.md, "Timing plan").
+timings: $(STAMP)
+	$(PY) scripts/run_lab.py --mode $(MODE)

@@ -7,7 +7,10 @@ It holds what every notebook needs and no lesson; each module has one job:
 - ``steps``: the step catalogue as data (flags, ``builds_on``, kind);
 - ``app``: the application's options and argv (built in one place), what this machine can run;
 - ``outcome``: ``Outcome``, the one result of a step (ok / skipped / failed);
+- ``plan``: one step resolved once (flags, builds_on, kind, settings, prediction, guess);
+- ``levers``: labkit's lever ids mapped to the application's flags (the one home);
 - ``runs``: ``run_step`` and ``sweep`` (over ``labkit.bench``), ledger rows with a status;
+  ``ensure`` runs what a notebook builds on when the ledger lacks it;
 - ``predict``: predict, then measure: ``advice`` before a step, the ``prediction`` its row
   carries, ``verdict`` after it, ``next_lever`` from its own profile;
 - ``commands``: the installed nsys for ``!nsys`` lines (``nsys_on_path``, ``stats_report``)
@@ -18,7 +21,8 @@ It holds what every notebook needs and no lesson; each module has one job:
   (``say``) and pandas display settings, applied on import (cells in full, no ``1e+07``);
 - ``evidence`` (a lever's GPU evidence, and the committed H100 evidence where this machine lacks
   a GPU), ``interval`` (notebook 06: detected frames, the accuracy floor), ``summary``
-  (notebook 07: table or note, figures, take-aways, quiz): modules, as ``lab.evidence`` etc.
+  (notebook 07: table or note, figures, take-aways, quiz), ``optimize`` (the optimized step, the best
+  within the accuracy floor): modules, as ``lab.evidence`` etc.
 """
 from labbook.app import app_argv, app_command, app_options, backends, capture_range, device_of, unavailable
 from labbook.commands import agreement, nsys_on_path, stats_report
@@ -30,14 +34,14 @@ from labbook.outcome import Outcome
 from labbook.predict import advice, next_lever, prediction, verdict
 from labbook.reference import (both_machines, fastest, ledger, reference_configurations, reference_rows,
                                reference_table, speedup)
-from labbook.runs import run_step, sweep
+from labbook.runs import ensure, run_step, sweep
 from labbook.settings import (APP, DATA, LEDGER, MODE, MODES, PROFILES, REFERENCE, REPORTS, RESULTS, ROOT, SETTINGS,
                               STAGES, VIDEOS, Settings, gpu_available, settings)
 from labbook.steps import SCALE_OUT, Step, builds_on_map, catalogue, flags, recorded_options, scale_out
 from labbook.text import configure_pandas, say
 from labbook.video import ground_truth, sample_video, show_frame, video_info
 
-from labbook import evidence, interval, summary  # noqa: E402  (modules for 04-07)
+from labbook import evidence, interval, optimize, summary  # noqa: E402  (modules for 04-08)
 
 configure_pandas()  # the notebooks' tables: full text, integers as integers
 
@@ -51,5 +55,5 @@ __all__ = [
     "kernels", "copies", "ranges", "overlap", "window", "warmup_batches", "compare", "best", "table_columns",
     "jumps", "say", "configure_pandas", "advice", "prediction", "verdict", "next_lever",
     "nsys_on_path", "stats_report", "agreement", "camera_clip", "frames_held", "littles_law", "latency_lesson",
-    "evidence", "interval", "summary",
+    "evidence", "interval", "optimize", "summary", "ensure",
 ]

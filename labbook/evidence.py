@@ -29,7 +29,9 @@ CONFIGURATIONS = REFERENCE / "pipeline_table.jsonl"
 H100_WARMUP = 2
 """Batches of the H100 export left out: batch 0 is warm-up, and batch 1, the first timed one, took
 246 ms of one-off set-up against about 10 ms for each later batch."""
-LABEL = "H100 reference (committed evidence, not this machine)"
+H100_COMMIT = "ebd5795"
+"""The commit whose code made every committed H100 figure (``EVIDENCE.md``, "Provenance")."""
+LABEL = f"H100 reference (code at {H100_COMMIT}, committed evidence, not this machine)"
 LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch",
                 "cuGraphLaunch")
 """CUDA API calls that put work on the GPU: one per kernel when eager, one per graph when replayed."""

@@ -2,10 +2,12 @@
 and the verdict once it has run.
 
 A step's prediction comes from the profile of the step it builds on (``labkit.advise`` on that
-step's latest profiled ledger row): the finding whose lever is the change this step makes (its
-flags over its ``builds_on``'s, as ``detect_video.py`` options) and that finding's bound. The
-baseline builds on nothing; a step whose change no finding names gets no bound. Either way the
-row says so in its ``finding``, so every lab row carries a prediction.
+step's latest profiled ledger row): the finding whose lever id is one the change this step makes
+pulls (its options over its ``builds_on``'s, mapped to lever ids by ``labbook.levers``), with
+that finding's figure. The figure is an *estimate* with its assumptions, unless labkit's row
+says its ``basis`` is "bound". The baseline builds on nothing; a step whose change no finding
+names gets no estimate. Either way the row says so in its ``finding``, so every lab row carries
+a prediction; the learner's ``guess`` (recorded before the estimate is shown) sits beside it.
 """
 from __future__ import annotations
 
@@ -17,27 +19,39 @@ import labkit
 from labkit.advice import MIN_GAIN
 
 from labbook.display import report, warmup_batches
+from labbook.levers import OPTIONS_OF, lever_text, levers_of
 from labbook.reference import ledger
 from labbook.settings import MODE
 from labbook.steps import catalogue, step_of
 from labbook.text import say
 
 ALIASES = {("precision", "fp16"): "--fp16"}
-"""Levers named by a flag of their own in ``labkit.advice`` beside the option's ``--name value``."""
+"""Flags older ``labkit.advice`` tables named beside the option's ``--name value`` (read only by
+the fallback for a ``lever`` that is not a lever id)."""
+
+NONE = {"predicted_speedup": None, "basis": None, "assumptions": None, "lever": None}
+
+
+def change_of(flags, base_flags) -> dict:
+    """The options ``flags`` sets differently from ``base_flags`` (snake case -> value; an option
+    the base set and ``flags`` drops maps to None)."""
+    mine, base = dict(flags), dict(base_flags)
+    return {k: v for k, v in mine.items() if base.get(k) != v} | {k: None for k in base if k not in mine}
 
 
 def change(step: str, mode: str = MODE, *, flags: dict | None = None, builds_on: str | None = None) -> dict:
     """The options ``step`` sets differently from the step it builds on (snake case -> value)."""
-    cat = catalogue(mode)
     st = step_of(step, builds_on=builds_on, mode=mode)
-    mine = dict(st.flags if flags is None else flags)
-    base = dict(cat[st.builds_on].flags) if st.builds_on in cat else {}
-    return {k: v for k, v in mine.items() if base.get(k) != v} | {k: None for k in base if k not in mine}
+    return change_of(st.flags if flags is None else flags, _base_flags(st.builds_on, mode))
+
+
+def _base_flags(base: str | None, mode: str) -> dict:
+    cat = catalogue(mode)
+    return dict(cat[base].flags) if base in cat else {}
 
 
 def lever_flags(changed: dict) -> list[str]:
-    """The command-line flags of a change (``--queues``, ``--no-osd``, ``--batch-size``...): what
-    a finding's ``lever`` must name to be this change's."""
+    """The command-line flags of a change (``--queues``, ``--no-osd``, ``--batch-size``...)."""
     from source_code.options import to_argv
 
     out = [t for t in to_argv({k: v for k, v in changed.items() if v is not None}) if t.startswith("--")]
@@ -61,15 +75,8 @@ def _profile_of(step: str) -> tuple[str | None, str]:
     return (path, "") if isinstance(path, str) else (None, f"'{step}' has no profiled run")
 
 
-def advice_frame(step: str, mode: str = MODE, *, builds_on: str | None = None, min_gain: float = 1.0):
-    """``labkit.advise`` on the profile of the step ``step`` builds on, or None with why not.
-
-    Returns: (frame or None, why): the frame has finding, evidence, lever, predicted_speedup (x,
-    an upper bound), rule; ``why`` is '' with a frame. ``min_gain``: findings with a smaller bound
-    are left out (default 1.0: all, so that a lever whose bound is under the noise of a
-    measurement still shows, with that bound).
-    """
-    base = step_of(step, builds_on=builds_on, mode=mode).builds_on
+def _advice_on(base: str | None, step: str, mode: str, min_gain: float = 1.0):
+    """(``labkit.advise`` frame on the profile of ``base``, '') or (None, why not)."""
     if base is None:
         return None, f"'{step}' builds on no step: there is no earlier profile to predict from"
     path, why = _profile_of(base)
@@ -78,34 +85,69 @@ def advice_frame(step: str, mode: str = MODE, *, builds_on: str | None = None, m
     return _advise(path, warmup_batches(base, mode), min_gain), ""
 
 
+def advice_frame(step: str, mode: str = MODE, *, builds_on: str | None = None, min_gain: float = 1.0):
+    """``labkit.advise`` on the profile of the step ``step`` builds on, or None with why not.
+
+    Returns: (frame or None, why): the frame has finding, evidence, lever (a lever id of
+    ``labkit.advice``), predicted_speedup (x: an estimate, or an upper bound where its ``basis``
+    says "bound"), rule; ``why`` is '' with a frame. ``min_gain``: findings with a smaller figure
+    are left out (default 1.0: all of them).
+    """
+    return _advice_on(step_of(step, builds_on=builds_on, mode=mode).builds_on, step, mode, min_gain)
+
+
 def advice(step: str, mode: str = MODE, *, builds_on: str | None = None):
     """What the profile of the step ``step`` builds on says, shown before ``step`` runs: the
-    advise table (finding, evidence, lever, predicted_speedup; every finding, those under the
-    noise of a measurement too, as :func:`prediction` reads it) or a sentence saying why none."""
+    advise table, each lever named with this application's flags (``labbook.levers``), or a
+    sentence saying why there is none."""
     frame, why = advice_frame(step, mode, builds_on=builds_on)
     if frame is None:
         return say(f"No advice for '{step}': {why}.")
     if frame.empty:
         return say(f"No finding in the profile of '{step_of(step, builds_on=builds_on, mode=mode).builds_on}'.")
-    return frame[["finding", "evidence", "lever", "predicted_speedup"]]
+    out = frame.assign(lever=[lever_text(v) if v in OPTIONS_OF else v for v in frame["lever"]])
+    cols = [c for c in ("finding", "evidence", "lever", "predicted_speedup", "basis", "assumptions") if c in out]
+    return out[cols]
+
+
+def _matches(row, levers: list[str], names: list[str]) -> bool:
+    lever = row.get("lever")
+    if lever in OPTIONS_OF:  # a lever id: the change pulls it
+        return lever in levers
+    return any(re.search(re.escape(n) + r"(?![\w-])", str(lever)) for n in names)  # an older table's text
+
+
+def predict_for(st, flags, mode: str = MODE) -> dict:
+    """The prediction a resolved step (``labbook.steps.Step`` and the flags it runs with) is run
+    under: ``predicted_speedup``, ``basis`` ("bound" only where labkit's row says so, else
+    "estimate"), ``assumptions``, ``lever`` and ``finding`` (or why there is none)."""
+    frame, why = _advice_on(st.builds_on, st.name, mode)
+    if frame is None:
+        return {**NONE, "finding": f"none: {why}"}
+    changed = change_of(flags, _base_flags(st.builds_on, mode))
+    levers, names = levers_of(changed), lever_flags(changed)
+    for _, row in frame.iterrows():  # largest figure first
+        row = row.to_dict()
+        if _matches(row, levers, names):
+            basis = row.get("basis") if row.get("basis") in ("bound", "estimate") else "estimate"
+            lever = row["lever"] if row.get("lever") in OPTIONS_OF else (levers[0] if levers else None)
+            return {"predicted_speedup": round(float(row["predicted_speedup"]), 3), "finding": row["finding"],
+                    "basis": basis, "lever": lever, "assumptions": _text(row.get("assumptions"))}
+    said = ", ".join(lever_text(v) for v in levers) or ", ".join(names) or "nothing"
+    return {**NONE, "lever": levers[0] if levers else None,
+            "finding": f"none: no finding in the profile of '{st.builds_on}' names {said} as its lever"}
+
+
+def _text(value) -> str | None:
+    if isinstance(value, (list, tuple)):
+        return "; ".join(map(str, value)) or None
+    return value if isinstance(value, str) and value else None
 
 
 def prediction(step: str, mode: str = MODE, *, flags: dict | None = None, builds_on: str | None = None) -> dict:
-    """The prediction ``step`` is run under: ``predicted_speedup`` (the bound of the finding whose
-    lever is this step's change, None when none applies) and ``finding`` (that finding, or why
-    there is no bound). The largest bound wins when several findings name the change; findings
-    under the noise count too (a bound of 1.01x is a prediction: no measurable gain)."""
-    frame, why = advice_frame(step, mode, builds_on=builds_on)
-    if frame is None:
-        return {"predicted_speedup": None, "finding": f"none: {why}"}
-    base = step_of(step, builds_on=builds_on, mode=mode).builds_on
-    names = lever_flags(change(step, mode, flags=flags, builds_on=builds_on))
-    for _, row in frame.iterrows():  # largest bound first
-        if any(re.search(re.escape(n) + r"(?![\w-])", row["lever"]) for n in names):
-            return {"predicted_speedup": round(float(row["predicted_speedup"]), 3), "finding": row["finding"]}
-    said = ", ".join(names) or "nothing"
-    return {"predicted_speedup": None,
-            "finding": f"none: no finding in the profile of '{base}' names {said} as its lever"}
+    """The prediction ``step`` would run under (see :func:`predict_for`)."""
+    st = step_of(step, builds_on=builds_on, mode=mode)
+    return predict_for(st, st.flags if flags is None else flags, mode)
 
 
 def _top_stage(step: str, mode: str) -> str:
@@ -131,26 +173,56 @@ def moved_most(before: dict, after: dict) -> str:
     return f"'{k[9:]}' took {before[k]:.1f} ms a frame in '{before['step']}' and {after[k]:.1f} ms here"
 
 
-def _lesson(measured: float, bound: float, moved: str) -> str:
+def _num(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and value == value else None
+
+
+def ratio_interval(row: dict, before: dict) -> tuple[float, float] | None:
+    """The 95 % interval of ``row``'s speed-up over ``before`` from both rows' fps intervals
+    (``fps_ci_low``/``fps_ci_high``, labkit.bench): (low / other's high, high / other's low), or
+    None where either row has no interval."""
+    lo, hi = _num(row.get("fps_ci_low")), _num(row.get("fps_ci_high"))
+    blo, bhi = _num(before.get("fps_ci_low")), _num(before.get("fps_ci_high"))
+    if None in (lo, hi, blo, bhi) or not blo > 0:
+        return None
+    return lo / bhi, hi / blo
+
+
+def _lesson(measured: float, figure: float, basis: str, moved: str, ci: tuple[float, float] | None) -> str:
     also = f" ({moved})" if moved else ""
-    if measured > bound * MIN_GAIN:
-        return ("above the bound: more changed than the finding's lever could change, such as a stage the "
-                f"change should not touch{also}; profile both runs and compare their stages")
-    if measured > bound:
-        return f"at the bound, within the {MIN_GAIN - 1:.0%} noise of a measurement: the change gained all it could"
-    if measured < 1 / MIN_GAIN:
-        return ("inside the bound, but slower: a bound counts only the time a change can save, not what the change "
-                f"costs or what else changed between the runs{also}")
-    if measured < MIN_GAIN:
-        return "inside the bound, with no gain beyond the noise of a measurement: the bound is a limit, not a promise"
-    saved = (1 - 1 / measured) / (1 - 1 / bound) if bound > 1 else 1.0
-    return (f"inside the bound: the change saved {saved:.0%} of the time the bound allows (the bound assumes the "
-            "finding's time disappears entirely)")
+    lo, hi = ci if ci else (measured / MIN_GAIN, measured * MIN_GAIN)  # no interval: the usual noise
+    noise = "its 95 % interval" if ci else f"the {MIN_GAIN - 1:.0%} noise of a measurement"
+    if lo <= 1.0 <= hi:
+        return f"within noise of no change ({noise} covers 1.0x): this step did not measurably pay here"
+    if lo <= figure <= hi:
+        return f"within noise of the {basis} ({noise} covers {figure:.2f}x)"
+    if basis == "bound" and lo > figure:
+        return ("above the bound, beyond the noise: more changed than the finding's lever could change, such as "
+                f"a stage the change should not touch{also}; profile both runs and compare their stages")
+    if hi < 1.0:
+        return f"slower, beyond the noise: the {basis} counts only the time a change can save, not what it costs{also}"
+    if basis == "bound":
+        saved = (1 - 1 / measured) / (1 - 1 / figure) if figure > 1 else 1.0
+        return f"inside the bound: the change saved {saved:.0%} of the time the bound allows"
+    side = "over" if measured < figure else "under"
+    return (f"the estimate was {side} by {max(measured, figure) / min(measured, figure):.1f}x: an estimate rests on "
+            "its assumptions, and the measurement is what this machine did")
+
+
+def _guess_text(guess, measured: float, ci) -> str:
+    g = _num(guess)
+    if g is None:
+        return ""
+    lo, hi = ci if ci else (measured / MIN_GAIN, measured * MIN_GAIN)
+    where = "within noise of the measurement" if lo <= g <= hi else ("above" if g > hi else "below") + " it"
+    return f"; your guess {g:.2f}x ({where})"
 
 
 def verdict(step: str, mode: str = MODE):
-    """After a step ran: its measured speed-up over its ``builds_on`` beside the bound its ledger
-    row was run under, and what that teaches, as one computed sentence."""
+    """After a step ran: its measured speed-up over its ``builds_on`` (with its 95 % interval
+    where the rows have one), beside the learner's guess and the estimate (or bound) its ledger
+    row was run under, and what that teaches, as one computed sentence. Reads only the two
+    ledger rows (and the base's profile for context): the step is not looked up again."""
     rows = ledger([step])
     if len(rows) == 0:
         return say(f"No verdict for '{step}': it has no ledger row yet (run it first).")
@@ -162,15 +234,24 @@ def verdict(step: str, mode: str = MODE):
     before = ledger([base])
     if len(before) == 0 or not before.iloc[-1].get("fps", math.nan) > 0:
         return say(f"No verdict for '{step}': '{base}', which it builds on, has no measured fps here.")
-    measured = float(row["fps"]) / float(before.iloc[-1]["fps"])
-    bound = row.get("predicted_speedup")
-    head = f"{step}: measured {measured:.2f}x over '{base}'"
-    if not isinstance(bound, (int, float)) or not bound == bound:
-        return say(f"{head}; no bound was predicted ({row.get('finding', 'no prediction recorded')}).")
+    b = before.iloc[-1].to_dict()
+    measured = float(row["fps"]) / float(b["fps"])
+    ci = ratio_interval(row, b)
+    span = f" (95 % interval {ci[0]:.2f}-{ci[1]:.2f}x)" if ci else " (one measurement: no interval)"
+    head = f"{step}: measured {measured:.2f}x over '{base}'{span}{_guess_text(row.get('guess'), measured, ci)}"
+    if row.get("above_decode_ceiling") is True:
+        return say(f"{head}; faster than decoding its own input alone, which no pipeline can be: this row is no "
+                   "speed-up, it is a run too short or a clock that counts work done before it (see the row's flags).")
+    figure = _num(row.get("predicted_speedup"))
+    if figure is None:
+        return say(f"{head}; no estimate was computed ({row.get('finding', 'no prediction recorded')}).")
+    basis = row.get("basis") if row.get("basis") in ("bound", "estimate") else "estimate"
+    assumes = row.get("assumptions") if isinstance(row.get("assumptions"), str) else ""
     top = _top_stage(base, mode)
-    ctx = f" ({top})" if top else ""
-    lesson = _lesson(measured, bound, moved_most(before.iloc[-1].to_dict(), row))
-    return say(f"{head}, bound {bound:.2f}x from '{row.get('finding')}'{ctx}: {lesson}.")
+    ctx = "; ".join(x for x in (top, f"assumes {assumes}" if assumes else "") if x)
+    lesson = _lesson(measured, figure, basis, moved_most(b, row), ci)
+    return say(f"{head}; {basis} {figure:.2f}x from '{row.get('finding')}'" + (f" ({ctx})" if ctx else "")
+               + f": {lesson}.")
 
 
 def next_lever(step: str, mode: str = MODE):

@@ -84,14 +84,22 @@ def reference_rows(steps):
     return df[df["step"].isin(list(steps))][cols].reset_index(drop=True)
 
 
-def fastest(candidates, *, accuracy_floor: float | None = None) -> str:
-    """The step among ``candidates`` with the highest fps in this machine's ledger.
+def fastest(candidates, *, accuracy_floor: float | None = None, accuracy: str = "mota") -> str:
+    """The step among ``candidates`` with the highest fps in this machine's ledger, leaving out
+    rows faster than their own decoding (``above_decode_ceiling``: no speed-up, see labkit.bench).
 
-    ``accuracy_floor``: leave out steps whose mAP@0.5 is below it (e.g. 0.95 x the baseline's).
+    ``accuracy_floor``: leave out steps whose ``accuracy`` (default MOTA, the accuracy notebook
+    06's floor is set on: ``labbook.interval.floor()``) is below it.
     """
     df = ledger(candidates)
     if "fps" not in df.columns or df["fps"].notna().sum() == 0:
         raise ValueError(f"none of {list(candidates)} has a ledger row with fps yet: run those steps first")
-    if accuracy_floor is not None and "map50" in df.columns:
-        df = df[df["map50"].isna() | (df["map50"] >= accuracy_floor)]
+    df = df[df["fps"].notna()]
+    if "above_decode_ceiling" in df.columns:
+        df = df[df["above_decode_ceiling"].ne(True)]
+    if accuracy_floor is not None and accuracy in df.columns:
+        df = df[df[accuracy].isna() | (df[accuracy] >= accuracy_floor)]
+    if len(df) == 0:
+        raise ValueError(f"none of {list(candidates)} is within the accuracy floor {accuracy_floor} with a "
+                         "defensible fps: run notebook 06 again, or lower the floor")
     return str(df.loc[df["fps"].idxmax(), "step"])

@@ -11,60 +11,114 @@ from labkit.ledger import Ledger, not_run
 
 from labbook.app import app_argv, app_options, capture_range, unavailable
 from labbook.outcome import Outcome
-from labbook.predict import prediction
+from labbook.plan import Plan, resolve
 from labbook.text import Status
 from labbook.settings import LEDGER, MODE, PROFILES, RESULTS, settings, strict
 from labbook.steps import flags as step_flags
 from labbook.steps import step_of
 
 
-def _labels(step, predicted_speedup, finding, *, mode: str = MODE, flags: dict | None = None) -> dict:
-    """The step's ledger labels, with the prediction it runs under: the caller's, else
-    :func:`labbook.predict.prediction` from the profile of the step it builds on."""
-    extra = {"predicted_speedup": predicted_speedup, "finding": finding}
-    if predicted_speedup is None and finding is None:
-        try:
-            extra = prediction(step.name, mode, flags=flags, builds_on=step.builds_on)
-        except LabkitError as e:  # an unreadable profile: the row says so, the step still runs
-            extra = {"predicted_speedup": None, "finding": f"none: {str(e).splitlines()[0]}"}
-    return {**step.labels(), **{k: v for k, v in extra.items() if v is not None}}
-
-
 def run_step(name: str, *, profile: bool = True, mode: str = MODE, kind: str | None = None,
              builds_on: str | None = None, env: Mapping[str, str] | None = None,
-             predicted_speedup: float | None = None, finding: str | None = None, **flags) -> Outcome:
+             predicted_speedup: float | None = None, finding: str | None = None, guess: float | None = None,
+             **flags) -> Outcome:
     """Benchmark one lab step: a profiled run under nsys, then the mode's measured repeats.
 
     ``flags`` are ``detect_video.py`` options (snake case). ``kind`` and ``builds_on`` default
     to the catalogue's (a step it lacks is an ``exercise``, kept out of the lab's table);
-    ``env``: extra environment variables for the application (an exercise's, say).
-    Appends one ledger row to ``LEDGER`` in every case and returns an :class:`Outcome`: ok,
-    skipped (the flags need what this machine lacks; nothing runs) or failed (the run failed;
-    under ``LABKIT_STRICT`` the error is raised instead).
+    ``env``: extra environment variables for the application (an exercise's, say); ``guess``:
+    your guess of the speed-up over ``builds_on`` (x), kept in the ledger row for the verdict.
+    The step is resolved once (:func:`labbook.plan.resolve`): the run and its ledger row read
+    that one value. Appends one ledger row to ``LEDGER`` in every case and returns an
+    :class:`Outcome`: ok, skipped (the flags need what this machine lacks; nothing runs) or
+    failed (any ``LabkitError``: the run, nsys, the report or the ledger; the row's reason is
+    the error's first line; under ``LABKIT_STRICT`` the error is raised instead).
     """
-    step = step_of(name, kind=kind, builds_on=builds_on, mode=mode)
-    labels = _labels(step, predicted_speedup, finding, mode=mode, flags=flags)
-    led = Ledger(LEDGER)
+    plan = resolve(name, mode=mode, kind=kind, builds_on=builds_on, flags=flags, guess=guess,
+                   predicted_speedup=predicted_speedup, finding=finding)
+    return run_plan(plan, profile=profile, env=env)
+
+
+def run_plan(plan: Plan, *, profile: bool = True, env: Mapping[str, str] | None = None,
+             extra_labels: Mapping | None = None) -> Outcome:
+    """Run a resolved step (see :func:`run_step`); the first step of a machine and mode measures
+    the decode-only ceiling first (:func:`decode_ceiling`)."""
+    labels, led, s = {**plan.labels(), **dict(extra_labels or {})}, Ledger(LEDGER), plan.settings
+    flags = dict(plan.flags)
+    done = dict(kind=plan.kind, builds_on=plan.builds_on)
     reason = unavailable(**flags)
     if reason:
-        led.append(not_run(name, status="skipped", reason=reason, config=flags, labels=labels))
-        return Outcome(name, "skipped", reason, kind=step.kind, builds_on=step.builds_on)
-    s, options = settings(mode), app_options(flags, mode=mode)
-    line = Status(f"`{name}`: {'one run under nsys, then ' if profile else ''}{s.repeats} measured run(s) of "
+        led.append(not_run(plan.name, status="skipped", reason=reason, config=flags, labels=labels))
+        return Outcome(plan.name, "skipped", reason, **done)
+    if not extra_labels:
+        decode_ceiling(plan.mode)
+    options = app_options(flags, mode=plan.mode)
+    line = Status(f"`{plan.name}`: {'one run under nsys, then ' if profile else ''}{s.repeats} measured run(s) of "
                   f"{s.frames} frames, running...")
     t0 = time.monotonic()
     try:
-        result = bench.run(app_argv(options), step=name, repeats=s.repeats, warmup=None, profile=profile,
+        result = bench.run(app_argv(options), step=plan.name, repeats=s.repeats, warmup=None, profile=profile,
                            ledger=led, results_dir=RESULTS, profile_dir=PROFILES, env=env, progress=False,
                            capture_range=capture_range(flags), config=options, labels=labels)
-    except bench.BenchError as e:
-        line.update(f"`{name}`: failed after {time.monotonic() - t0:.0f} s.")
+    except LabkitError as e:
+        line.update(f"`{plan.name}`: failed after {time.monotonic() - t0:.0f} s.")
         if strict():
             raise
-        led.append(not_run(name, status="failed", reason=bench.error_line(e), config=options, labels=labels))
-        return Outcome(name, "failed", bench.error_line(e), kind=step.kind, builds_on=step.builds_on)
-    line.update(f"`{name}`: done in {time.monotonic() - t0:.0f} s.")
-    return Outcome(name, "ok", result=result, kind=step.kind, builds_on=step.builds_on)
+        why = failure_line(e)
+        try:
+            led.append(not_run(plan.name, status="failed", reason=why, config=options, labels=labels))
+        except LabkitError as e2:  # the ledger itself is the fault: say both in the outcome
+            why = f"{why} (and no ledger row: {failure_line(e2)})"
+        return Outcome(plan.name, "failed", why, **done)
+    line.update(f"`{plan.name}`: done in {time.monotonic() - t0:.0f} s.")
+    return Outcome(plan.name, "ok", result=result, **done)
+
+
+CEILING_STEP = "decode_ceiling"
+CEILING_FLAGS = {"decode_only": True, "queues": True}
+"""The decode-only run of the lab's source (a decoder thread, as the queued steps have): how fast
+this machine decodes the clip with nothing after it, the ceiling no step can truly pass."""
+
+
+def decode_ceiling(mode: str = MODE, *, profile: bool = False) -> Outcome | None:
+    """Measure the decode-only rate of the lab's source once per machine and mode: a ledger row
+    labelled ``ceiling: "decode"`` (``labkit.bench`` then flags every later row of this host and
+    mode whose frames/s is above it beyond the spread). Returns the run's outcome, or None when
+    the ledger already has an ok one for this host and mode."""
+    import socket
+
+    led = Ledger(LEDGER)
+    host = socket.gethostname()
+    for r in led.rows():
+        if r.get("ceiling") == "decode" and r.get("mode") == mode and r.get("status", "ok") == "ok" \
+                and (r.get("env") or {}).get("host", host) == host:
+            return None
+    plan = resolve(CEILING_STEP, mode=mode, kind="exercise", flags=CEILING_FLAGS,
+                   finding="none: the decode-only ceiling is a measurement, not a change")
+    return run_plan(plan, profile=profile, extra_labels={"ceiling": "decode", "mode": mode})
+
+
+def failure_line(e: BaseException) -> str:
+    """One line for a failed step's ledger row: the application's error line for a
+    ``BenchError``, else the error's own first line."""
+    if isinstance(e, bench.BenchError):
+        return bench.error_line(e)
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def ensure(*steps: str, profile: bool = True, mode: str = MODE) -> list[Outcome]:
+    """Run each catalogue step of ``steps`` that has no ok ledger row yet (in order), so a
+    notebook runs on an empty ledger or after a kernel restart; steps already run are left as
+    they are. Returns the outcomes of the steps it ran."""
+    from labbook.reference import ledger
+
+    done = ledger(list(steps))
+    ok = set(done.loc[done["status"].fillna("ok") == "ok", "step"]) if len(done) and "status" in done else \
+        set(done["step"]) if len(done) else set()
+    if profile and len(done) and "paths.profile" in done:
+        ok &= set(done.loc[done["paths.profile"].notna(), "step"])
+    return [run_step(st, profile=profile, mode=mode) for st in steps if st not in ok]
 
 
 def sweep(builds_on: str, option: str, values, *, step: str, mode: str = MODE, flags: dict | None = None):
@@ -85,8 +139,9 @@ def sweep(builds_on: str, option: str, values, *, step: str, mode: str = MODE, f
     s = settings(mode)
     line = Status(f"sweep of `{option}` over {list(values)}: {len(names) * s.repeats} run(s) of {s.frames} frames, "
                   "running...")
-    first = step_of(names[0] if names else step, builds_on=builds_on, mode=mode, default_kind="sweep")
-    labels = _labels(first, None, None, mode=mode, flags={**base, option: values[0]} if names else base)
+    first = resolve(names[0] if names else step, builds_on=builds_on, mode=mode, default_kind="sweep",
+                    flags={**base, option: values[0]} if names else base)
+    labels = first.labels()
     options = app_options(base, mode=mode)
     t0 = time.monotonic()
     out = bench.sweep(lambda v: app_argv({**options, option: v}), option, list(values), step=step,

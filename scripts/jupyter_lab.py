@@ -6,6 +6,12 @@
 - the notebooks read ``LABKIT_MODE``: ``--mode`` (or ``MODE=`` through make) sets it;
 - the token is ``$JUPYTER_TOKEN`` (Jupyter's standard variable), else a fresh random one;
 - prints the URL with its token on one line, the line to paste into a browser;
+- no "get notified about Jupyter news?" pop-up on a fresh start: JupyterLab shows it while the
+  ``fetchNews`` setting of ``@jupyterlab/apputils-extension:notification`` is "none" (Ask), so
+  the server starts with an application settings folder (``<reports>/jupyterlab-settings``)
+  whose ``overrides.json`` sets it to "false" (Never) and ``checkForUpdates`` to false (the
+  environment's own overrides are kept; a user's own choice in Settings still wins), and it
+  never asks PyPI for updates (``jupyterlab.NeverCheckForUpdate``);
 - keeps JupyterLab's checkpoints in ``<reports>/checkpoints/`` (``$LABKIT_REPORTS``, else
   ``reports/``), not in ``notebooks/.ipynb_checkpoints/``: the lab writes only under ``reports/``
   and ``data/`` (what the browser test checks).
@@ -16,8 +22,10 @@ The browser test (tests/test_browser.py) starts JupyterLab through :func:`comman
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,13 +43,43 @@ def checkpoints_dir(env: dict | None = None) -> Path:
     return (ROOT / reports / "checkpoints").resolve()  # a relative LABKIT_REPORTS is the project's
 
 
+NO_NEWS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+"""Settings overrides that keep JupyterLab from asking about (and fetching) news and updates."""
+
+
+def app_settings(folder: Path, default: Path | None = None) -> Path:
+    """Write ``folder``: JupyterLab's application settings folder with :data:`NO_NEWS` merged
+    into the environment's own ``overrides.json`` (``default``: the environment's settings
+    folder, ``<app dir>/settings``), and its ``page_config.json`` copied when it has one."""
+    if default is None:
+        from jupyterlab.commands import get_app_dir
+
+        default = Path(get_app_dir()) / "settings"
+    folder.mkdir(parents=True, exist_ok=True)
+    theirs = {}
+    if (default / "overrides.json").is_file():
+        try:
+            theirs = json.loads((default / "overrides.json").read_text())
+        except (OSError, ValueError):
+            theirs = {}
+    merged = {**theirs, **{k: {**theirs.get(k, {}), **v} for k, v in NO_NEWS.items()}}
+    (folder / "overrides.json").write_text(json.dumps(merged, indent=1) + "\n")
+    if (default / "page_config.json").is_file():
+        shutil.copyfile(default / "page_config.json", folder / "page_config.json")
+    return folder
+
+
 def command(*, port: int, ip: str = "127.0.0.1", token: str, notebook_dir: Path = NOTEBOOKS,
             checkpoints: Path | None = None, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """The ``jupyter lab`` command line (JupyterLab of this interpreter's environment)."""
+    """The ``jupyter lab`` command line (JupyterLab of this interpreter's environment); writes
+    its application settings folder (:func:`app_settings`) beside the checkpoints."""
+    checkpoints = checkpoints or checkpoints_dir()
+    settings = app_settings(checkpoints.parent / "jupyterlab-settings")
     argv = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ip={ip}", f"--port={port}",
             "--port-retries=0",  # a taken port is an error, not a silent move to another port
             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={notebook_dir}",
-            f"--FileCheckpoints.checkpoint_dir={checkpoints or checkpoints_dir()}"]
+            f"--FileCheckpoints.checkpoint_dir={checkpoints}", f"--LabApp.app_settings_dir={settings}",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         argv.append("--allow-root")
     return argv + list(extra)

@@ -260,7 +260,8 @@ def test_ledger_speedup_and_fastest(ledger):
     assert table.speedup.iloc[:, 0].to_dict() == {"baseline": 1.0, "queues": 2.0, "int8": 4.0}
     assert list(lab.speedup(["baseline", "int8"]).speedup.index) == ["baseline", "int8"]
     assert lab.fastest(["baseline", "queues", "int8"]) == "int8"
-    assert lab.fastest(["baseline", "queues", "int8"], accuracy_floor=0.7) == "queues"
+    assert lab.fastest(["baseline", "queues", "int8"], accuracy_floor=0.7, accuracy="map50") == "queues"
+    assert lab.fastest(["baseline", "queues", "int8"], accuracy_floor=0.7) == "int8"  # the floor is on MOTA: none here
     with pytest.raises(ValueError, match="run those steps first"):
         lab.fastest(["nothing"])
     assert "'queues': 4.00 frames/s against 2.00 for 'baseline': 2.00x" in lab.compare("queues", "baseline").data

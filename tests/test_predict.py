@@ -71,7 +71,7 @@ def test_change_is_what_a_step_sets_over_its_base():
 def test_queues_are_predicted_from_the_baseline_profile(led):
     add(led, "baseline", profile="baseline.sqlite")
     a = lab.advice("queues", "full")
-    assert list(a.columns) == ["finding", "evidence", "lever", "predicted_speedup"]
+    assert list(a.columns)[:4] == ["finding", "evidence", "lever", "predicted_speedup"]
     p = prediction("queues", "full")
     # infer is 85 % of the serial thread: overlapping the rest gains 1/0.85 at most
     assert p["finding"] == "The stages run one after another on one thread"
@@ -84,13 +84,14 @@ def test_queues_are_predicted_from_the_baseline_profile(led):
 
 def test_no_prediction_says_why(led):
     assert prediction("baseline", "full") == {
-        "predicted_speedup": None,
+        "predicted_speedup": None, "basis": None, "assumptions": None, "lever": None,
         "finding": "none: 'baseline' builds on no step: there is no earlier profile to predict from"}
     assert "'baseline' has no ledger row yet" in prediction("queues", "full")["finding"]
     add(led, "baseline", profile="baseline.sqlite")
     p = prediction("mine", "full", flags={"channels_last": True}, builds_on="baseline")
-    assert p == {"predicted_speedup": None,
-                 "finding": "none: no finding in the profile of 'baseline' names --channels-last as its lever"}
+    assert p["predicted_speedup"] is None and p["lever"] == "compile"  # channels_last pulls the compile lever
+    assert p["finding"].startswith("none: no finding in the profile of 'baseline' names compile (--compile, "
+                                   "--channels-last")
     assert "builds on no step" in lab.advice("baseline", "full").data
 
 
@@ -99,19 +100,37 @@ def test_verdict_of_the_reference_queues_step(led):
     add(led, "queues", profile="queues.sqlite", **prediction("queues", "full"))
     text = verdict("queues", "full").data
     measured = ref_fps("queues") / ref_fps("baseline")
-    assert text.startswith(f"queues: measured {measured:.2f}x over 'baseline', bound 1.1")
+    assert text.startswith(f"queues: measured {measured:.2f}x over 'baseline' (one measurement: no interval); "
+                           "estimate 1.1")  # no basis "bound" in the row: an estimate
     assert "'infer' is 8" in text and "% of stage time" in text
-    assert "inside the bound, but slower" in text
+    assert "slower, beyond the noise" in text
     infer = (ref_metrics("baseline")["stage_ms"]["infer"], ref_metrics("queues")["stage_ms"]["infer"])
     assert f"'infer' took {infer[0]:.1f} ms a frame in 'baseline' and {infer[1]:.1f} ms here" in text
 
 
-@pytest.mark.parametrize("fps, says", [(100.0, "above the bound"), (18.0, "inside the bound: the change saved"),
-                                       (15.6, "no gain beyond the noise")])
-def test_verdict_follows_the_measurement(led, fps, says):
+@pytest.mark.parametrize("fps, basis, says", [
+    (100.0, "bound", "above the bound, beyond the noise"), (100.0, "estimate", "the estimate was under by"),
+    (18.0, "bound", "within noise of the bound"), (15.6, "bound", "within noise of no change"),
+    (15.6, "estimate", "within noise of no change")])
+def test_verdict_follows_the_measurement(led, fps, basis, says):
     add(led, "baseline", profile="baseline.sqlite")
-    add(led, "queues", profile="queues.sqlite", fps=fps, **prediction("queues", "full"))
-    assert says in verdict("queues", "full").data
+    add(led, "queues", profile="queues.sqlite", fps=fps, **{**prediction("queues", "full"), "basis": basis})
+    text = verdict("queues", "full").data
+    assert says in text and f"; {basis} 1.1" in text
+
+
+def test_verdict_compares_guess_estimate_and_measurement_with_its_interval(led):
+    base = ref_fps("baseline")
+    add(led, "baseline", profile="baseline.sqlite", fps=base)
+    led.append({**lab.catalogue("full")["queues"].labels(), **prediction("queues", "full"), "guess": 3.0,
+                "step": "queues", "status": "ok", "env": ENV, "config": {"queues": True},
+                "metrics": {"fps": base * 1.5, "fps_ci_low": base * 1.4, "fps_ci_high": base * 1.6}})
+    rows = led.rows()
+    rows[0]["metrics"].update(fps_ci_low=base * 0.95, fps_ci_high=base * 1.05)
+    led.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = verdict("queues", "full").data
+    assert "measured 1.50x over 'baseline' (95 % interval 1.33-1.68x); your guess 3.00x (above it)" in text
+    assert "estimate 1.17x" in text and "the estimate was under by 1.3x" in text
 
 
 def test_next_lever_comes_from_the_steps_own_profile(led):
@@ -131,3 +150,7 @@ def test_run_step_records_the_prediction_it_runs_under(led):
     assert row["predicted_speedup"] == prediction("queues", "full")["predicted_speedup"]
     lab.run_step("baseline", mode="full", device="cuda")
     assert led.rows()[-1]["finding"].startswith("none: 'baseline' builds on no step")
+    lab.run_step("mine", builds_on="baseline", mode="full", device="cuda", queues=True, guess=2)
+    assert led.rows()[-1]["guess"] == 2.0
+    with pytest.raises(ValueError, match="positive number"):
+        lab.run_step("mine", builds_on="baseline", mode="full", device="cuda", guess="2x")

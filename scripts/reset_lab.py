@@ -1,0 +1,71 @@
+#!/usr/bin/env python
+"""Back to a fresh lab, keeping caches (`make reset`; `make clean-reports` is the same).
+
+    python scripts/reset_lab.py [--dry-run]
+
+Removes what the lab writes in its reports folder (``$LABKIT_REPORTS``, else ``reports/``): the
+ledger, profiles, results, videos, executed notebooks, JupyterLab checkpoints and notebook 07's
+table and figures, naming each. Kept: the committed reference results (``reference/``,
+``browser/``, ``README.md``), anything else in the folder (named, left as it is), the sample
+clips in ``data/`` and the converted models in the cache (``$LABKIT_CACHE_DIR``, else
+``~/.cache/labkit``), so the next `make lab` does not rebuild them. The notebooks themselves are
+not touched: ``git checkout notebooks/`` restores the lab's own copies of them.
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB_OUTPUTS = ("ledger.jsonl", "ledger.jsonl.*", "profiles", "results", "videos", "notebooks", "checkpoints",
+               "jupyterlab-settings", "speedup.md", "*.png", "*.mp4", "*.mp4.*")
+"""Names (glob patterns) of what the lab writes directly under its reports folder."""
+KEPT = ("reference", "browser", "README.md")
+"""Committed under reports/: never removed."""
+
+
+def reports_folder(env: dict | None = None) -> Path:
+    value = (os.environ if env is None else env).get("LABKIT_REPORTS")
+    return (ROOT / value).resolve() if value else ROOT / "reports"  # a relative LABKIT_REPORTS is the project's
+
+
+def plan(folder: Path) -> tuple[list[Path], list[Path]]:
+    """(what a reset removes, what it leaves) among ``folder``'s entries."""
+    if not folder.is_dir():
+        return [], []
+    gone, left = [], []
+    for p in sorted(folder.iterdir()):
+        lab = p.name not in KEPT and any(fnmatch.fnmatch(p.name, pat) for pat in LAB_OUTPUTS)
+        (gone if lab else left).append(p)
+    return gone, [p for p in left if p.name not in KEPT]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    args = p.parse_args(argv)
+    folder = reports_folder()
+    gone, left = plan(folder)
+    for path in gone:
+        print(f"reset: {'would remove' if args.dry_run else 'removing'} {path}")
+        if not args.dry_run:
+            try:
+                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+            except OSError as e:
+                print(f"reset: cannot remove {path} ({e.strerror}): check its permissions, then run make reset again",
+                      file=sys.stderr)
+                return 1
+    for path in left:
+        print(f"reset: {path} is not the lab's output: left as it is")
+    cache = os.environ.get("LABKIT_CACHE_DIR") or "~/.cache/labkit"
+    print(f"reset: {'nothing to remove: ' if not gone else ''}a fresh lab in {folder} "
+          f"(kept: reference results, data/ clips, the model cache in {cache})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

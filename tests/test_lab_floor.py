@@ -1,0 +1,62 @@
+"""One optimized pipeline within the accuracy floor: the knee is never above K=1's accuracy, the
+interval sweep builds on the same step every run, the floor is read back from the ledger, and
+the optimized step combines the levers that paid (issue 21)."""
+from __future__ import annotations
+
+import labbook
+import labbook as lab
+import pandas as pd
+import pytest
+from labbook import interval, optimize
+from labkit import Ledger
+
+
+@pytest.fixture
+def led(tmp_path, monkeypatch):
+    for mod in (labbook.runs, labbook.reference, labbook.display):
+        monkeypatch.setattr(mod, "LEDGER", tmp_path / "ledger.jsonl")
+    return Ledger(tmp_path / "ledger.jsonl")
+
+
+def add(led, step, fps, mota=None, k=None, ci=None):
+    st = lab.catalogue("small").get(step) or lab.Step(step, lab.flags("batch4", "small"), "batch4", "sweep")
+    m = {"fps": fps, "mota": mota, **({"fps_ci_low": ci[0], "fps_ci_high": ci[1]} if ci else {})}
+    led.append({**st.labels(), "step": step, "status": "ok", "config": {**st.flags, **({"interval": k} if k else {})},
+                "metrics": m})
+
+
+def lab_run(led):
+    for step, fps in (("baseline", 10), ("queues", 11), ("no_osd", 12)):
+        add(led, step, fps, 0.75)
+    add(led, "batch4", 20, 0.75, ci=(19, 21))
+    add(led, "compile", 30, 0.75, ci=(28, 32))  # paid
+    add(led, "channels_last", 20.5, 0.75, ci=(18, 23))  # within noise of batch4: did not pay
+    add(led, "ort_fp32", 25, 0.75, ci=(24, 26))  # paid, but a backend other than compile's torch
+    add(led, "ort_int8", 40, 0.60, ci=(38, 42))  # INT8: an accuracy decision of its own
+    for k, fps, mota in ((2, 35, 0.80), (4, 55, 0.79), (8, 60, 0.5), (16, 62, 0.3)):
+        add(led, f"interval{k}", fps, mota, k)
+
+
+def test_the_knee_is_never_above_k1s_accuracy():
+    rows = pd.DataFrame({"step": ["k1", "k2", "k4", "k8"], "interval": [1, 2, 4, 8], "fps": [10, 20, 30, 32],
+                         "mota": [0.70, 0.78, 0.76, 0.2]})  # noise: K=2 and K=4 "beat" K=1
+    knee = interval.accuracy_floor(rows)
+    assert knee["mota"] <= 0.70 and knee["interval"] in (2, 4)
+
+
+def test_the_sweep_base_is_fixed_and_the_floor_is_read_back(led):
+    assert interval.base("small") == "batch4" and interval.floor("small") is None
+    lab_run(led)
+    assert interval.floor("small") == pytest.approx(0.75)  # clipped to K=1 (batch4)'s MOTA
+    assert lab.fastest(["batch4", "compile", "ort_int8", "interval16"], accuracy_floor=interval.floor("small")) == \
+        "compile"
+
+
+def test_the_optimized_step_combines_what_paid_within_the_floor(led):
+    lab_run(led)
+    g = optimize.gains("small").set_index("step")
+    assert g.loc["compile", "paid"] and g.loc["ort_fp32", "paid"] and not g.loc["channels_last", "paid"]
+    assert "ort_int8" not in g.index
+    st = optimize.step("small")
+    assert st.kind == "cumulative" and st.builds_on == "interval4"
+    assert dict(st.flags) == {**lab.flags("batch4", "small"), "compile": True, "interval": 4}

@@ -1,0 +1,96 @@
+"""The workshop kit: `make reset` back to a fresh lab keeping caches, and `make jupyter` without
+JupyterLab's news pop-up (checked on a real server's settings API)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import jupyter_lab  # noqa: E402
+
+
+def test_reset_removes_the_labs_outputs_and_nothing_else(tmp_path):
+    r = tmp_path / "reports"
+    for d in ("profiles", "results", "videos", "notebooks", "checkpoints", "reference"):
+        (r / d).mkdir(parents=True)
+        (r / d / "x").write_text("x")
+    for f in ("ledger.jsonl", "speedup.md", "speedup.png", "seed5.mp4", "README.md", "my_notes.txt"):
+        (r / f).write_text("x")
+    cache = tmp_path / "cache"
+    (cache / "backends").mkdir(parents=True)
+    env = {**os.environ, "LABKIT_REPORTS": str(r), "LABKIT_CACHE_DIR": str(cache)}
+    dry = subprocess.run(["make", "-s", "reset", "DRY_RUN=1"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert dry.returncode == 0 and "would remove" in dry.stdout and (r / "ledger.jsonl").exists()
+    out = subprocess.run(["make", "-s", "clean-reports"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in r.iterdir()) == ["README.md", "my_notes.txt", "reference"]
+    assert "my_notes.txt is not the lab's output: left as it is" in out.stdout
+    assert (cache / "backends").is_dir() and (r / "reference" / "x").exists()
+
+
+def test_app_settings_keep_the_environments_overrides(tmp_path):
+    env_settings = tmp_path / "env"
+    env_settings.mkdir()
+    (env_settings / "overrides.json").write_text(json.dumps({
+        "@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"},
+        "@jupyterlab/apputils-extension:notification": {"doNotDisturbMode": True}}))
+    folder = jupyter_lab.app_settings(tmp_path / "mine", env_settings)
+    merged = json.loads((folder / "overrides.json").read_text())
+    assert merged["@jupyterlab/apputils-extension:themes"] == {"theme": "JupyterLab Dark"}
+    assert merged["@jupyterlab/apputils-extension:notification"] == {
+        "doNotDisturbMode": True, "fetchNews": "false", "checkForUpdates": False}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_make_jupyter_never_asks_about_news(tmp_path):
+    pytest.importorskip("jupyterlab")
+    port, token = _free_port(), "kit-test"
+    env = {**os.environ, "LABKIT_REPORTS": str(tmp_path / "r"), "JUPYTER_TOKEN": token,
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "user")}
+    proc = subprocess.Popen([sys.executable, "scripts/jupyter_lab.py", "--port", str(port), "--mode", "small"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/lab/api/settings/@jupyterlab/apputils-extension:notification?token={token}"
+        doc = None
+        for _ in range(120):
+            try:
+                doc = json.load(urllib.request.urlopen(url, timeout=5))
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert doc is not None, "JupyterLab did not answer"
+        # JupyterLab shows "Would you like to get notified about official Jupyter news?" while
+        # fetchNews is "none" (its default); the lab's default is "false"
+        assert doc["schema"]["properties"]["fetchNews"]["default"] == "false"
+        assert doc["schema"]["properties"]["checkForUpdates"]["default"] is False
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_environment_pairs_torch_and_onnxruntime_gpu_on_one_cuda_major():
+    yaml = pytest.importorskip("yaml")
+    from labbook.stack import INDEX, cuda_verdict
+
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    index = next(x.split()[-1] for x in pip if x.startswith("--extra-index-url"))
+    assert index.endswith("/" + INDEX[12])  # onnxruntime-gpu on PyPI is built for CUDA 12
+    assert any(x.startswith("onnxruntime-gpu>=1.19") for x in pip) and any(x.startswith("torch") for x in pip)
+    assert cuda_verdict("12.8", "12.2")[0] and cuda_verdict(None, None)[0]
+    ok, line = cuda_verdict("13.0", "12.9")
+    assert not ok and "\n" not in line and "whl/cu128" in line and "CUDA 13.0" in line
