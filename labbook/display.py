@@ -137,11 +137,14 @@ def warmup_batches(x, mode: str = MODE) -> int:
     """Batches at the start of a step's runs that were warm-up (left out of analyses); ``x``
     is an Outcome, a step name (its latest ledger row), or anything with a ``config``."""
     if isinstance(x, str):
-        batch = _row_of(x).get("config.batch_size", 1)
+        row = _row_of(x)
+        batch, warm = row.get("config.batch_size", 1), row.get("config.warmup")
     else:
-        batch = getattr(x, "config", {}).get("batch_size", 1)
+        config = getattr(x, "config", {}) or {}
+        batch, warm = config.get("batch_size", 1), config.get("warmup")
     batch = int(batch) if batch == batch and batch else 1
-    return math.ceil(settings(mode).warmup / batch)
+    warm = int(warm) if warm == warm and warm is not None else settings(mode).warmup  # the run's own, else its mode's
+    return math.ceil(warm / batch)
 
 
 def best(frame, option: str, metric: str = "fps"):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from source_code.stages import DETECTOR_STAGES
+
 OPTIONS_OF = MappingProxyType({
     "pin_memory": ("gpu_preprocess",),  # the upload from pinned host memory comes with it
     "remove_sync": (),  # no flag: the application's code (its streams and events)
@@ -23,8 +25,14 @@ OPTIONS_OF = MappingProxyType({
     "parallel_input": ("streams",),
     "skip_work": ("interval",),
     "remove_stage": ("osd",),
+    "cheaper_stage": (),  # no one flag: the stage's own code (the backend, precision and device steps come later)
 })
 """lever id -> the ``detect_video.py`` options (snake case) that pull it."""
+
+ADVISE = MappingProxyType({"removable": ("display",), "skip_with": DETECTOR_STAGES})
+"""What ``labkit.advise`` is told of the application: its ``display`` stage is not needed for the
+output (the remove-stage lever), and skipping frames (the skip-work lever, ``--interval``) skips
+its detector stages together (``source_code.stages.DETECTOR_STAGES``)."""
 
 SETTINGS_OPTIONS = frozenset({"threads", "input_hw", "frames", "warmup", "inputs", "output", "results",
                               "overwrite", "cache_dir", "weights", "realtime", "decode_only"})

@@ -19,7 +19,7 @@ import labkit
 from labkit.advice import MIN_GAIN
 
 from labbook.display import report, warmup_batches
-from labbook.levers import OPTIONS_OF, lever_text, levers_of
+from labbook.levers import ADVISE, OPTIONS_OF, flags_of, lever_text, levers_of
 from labbook.reference import ledger
 from labbook.settings import MODE
 from labbook.steps import catalogue, step_of
@@ -59,8 +59,24 @@ def lever_flags(changed: dict) -> list[str]:
 
 
 @functools.lru_cache(maxsize=16)
-def _advise(path: str, warmup: int, min_gain: float = MIN_GAIN):
-    return labkit.advise(labkit.load_report(path), warmup=warmup, min_gain=min_gain)
+def _advise(path: str, warmup: int, min_gain: float = MIN_GAIN, ceiling: float | None = None):
+    return labkit.advise(labkit.load_report(path), warmup=warmup, min_gain=min_gain, decode_ceiling_fps=ceiling,
+                         **ADVISE)
+
+
+def decode_ceiling_fps(mode: str = MODE) -> float | None:
+    """Frames/s of the ledger's decode-only run of this machine and mode (``labbook.runs``), or None."""
+    import socket
+
+    from labkit.bench_truth import find_ceiling
+    from labkit.ledger import Ledger
+
+    from labbook import reference  # its LEDGER: the one ledger every labbook reader reads
+
+    path = reference.LEDGER
+    row = find_ceiling(Ledger(path).rows(), host=socket.gethostname(), mode=mode) if path.exists() else None
+    fps = ((row or {}).get("metrics") or {}).get("fps")
+    return float(fps) if fps else None
 
 
 def _profile_of(step: str) -> tuple[str | None, str]:
@@ -82,7 +98,7 @@ def _advice_on(base: str | None, step: str, mode: str, min_gain: float = 1.0):
     path, why = _profile_of(base)
     if path is None:
         return None, why
-    return _advise(path, warmup_batches(base, mode), min_gain), ""
+    return _advise(path, warmup_batches(base, mode), min_gain, decode_ceiling_fps(mode)), ""
 
 
 def advice_frame(step: str, mode: str = MODE, *, builds_on: str | None = None, min_gain: float = 1.0):
@@ -259,4 +275,12 @@ def next_lever(step: str, mode: str = MODE):
     path, why = _profile_of(step)
     if path is None:
         return say(f"No next lever from '{step}': {why}.")
-    return say(labkit.next_lever(labkit.load_report(path), warmup=warmup_batches(step, mode)))
+    a = _advise(path, warmup_batches(step, mode), MIN_GAIN, decode_ceiling_fps(mode))
+    if a.empty:
+        return say(f"No lever worth a step after '{step}': {a.attrs['note']}.")
+    top = a.iloc[0]
+    kind = "an upper bound" if top["basis"] == "bound" else "an estimate"
+    here = lever_text(top["lever"]) if flags_of(top["lever"]) else f"{top['lever']} (no one flag of this application)"
+    return say(f"Next lever after '{step}': {top['lever_text']}, in this application {here}. "
+               f"{top['finding']} ({top['evidence']}); predicted {top['predicted_speedup']:.2f}x, {kind} "
+               f"assuming {top['assumptions']}.")

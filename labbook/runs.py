@@ -6,6 +6,7 @@ import time
 from typing import Mapping
 
 from labkit import bench
+from labkit.bench_truth import find_ceiling
 from labkit.errors import LabkitError
 from labkit.ledger import Ledger, not_run
 
@@ -59,7 +60,7 @@ def run_plan(plan: Plan, *, profile: bool = True, env: Mapping[str, str] | None 
     try:
         result = bench.run(app_argv(options), step=plan.name, repeats=s.repeats, warmup=None, profile=profile,
                            ledger=led, results_dir=RESULTS, profile_dir=PROFILES, env=env, progress=False,
-                           capture_range=capture_range(flags), config=options, labels=labels)
+                           capture_range=capture_range(flags), config=options, labels=labels, mode=plan.mode)
     except LabkitError as e:
         line.update(f"`{plan.name}`: failed after {time.monotonic() - t0:.0f} s.")
         if strict():
@@ -87,12 +88,8 @@ def decode_ceiling(mode: str = MODE, *, profile: bool = False) -> Outcome | None
     the ledger already has an ok one for this host and mode."""
     import socket
 
-    led = Ledger(LEDGER)
-    host = socket.gethostname()
-    for r in led.rows():
-        if r.get("ceiling") == "decode" and r.get("mode") == mode and r.get("status", "ok") == "ok" \
-                and (r.get("env") or {}).get("host", host) == host:
-            return None
+    if find_ceiling(Ledger(LEDGER).rows(), host=socket.gethostname(), mode=mode) is not None:
+        return None  # the row labkit.bench itself checks later rows against
     plan = resolve(CEILING_STEP, mode=mode, kind="exercise", flags=CEILING_FLAGS,
                    finding="none: the decode-only ceiling is a measurement, not a change")
     return run_plan(plan, profile=profile, extra_labels={"ceiling": "decode", "mode": mode})
@@ -146,6 +143,6 @@ def sweep(builds_on: str, option: str, values, *, step: str, mode: str = MODE, f
     t0 = time.monotonic()
     out = bench.sweep(lambda v: app_argv({**options, option: v}), option, list(values), step=step,
                       config=options, repeats=s.repeats, warmup=None, ledger=LEDGER, results_dir=RESULTS,
-                      progress=False, on_error="raise" if strict() else "record", labels=labels)
+                      progress=False, on_error="raise" if strict() else "record", labels=labels, mode=mode)
     line.update(f"sweep of `{option}` over {list(values)}: done in {time.monotonic() - t0:.0f} s.")
     return out

@@ -20,6 +20,7 @@ from labkit import advice_rules, analysis
 from labkit.advice_evidence import (ADVICE_COLUMNS, DECODE_BOUND, LEVERS, MIN_GAIN, SKIP_EVERY, Evidence,
                                      row)
 from labkit.errors import LabkitError
+from labkit.window import windowed
 
 __all__ = ["advise", "next_lever", "AdviseError", "ADVICE_COLUMNS", "LEVERS", "annotated_stages", "MIN_GAIN"]
 
@@ -55,6 +56,7 @@ def _input_bound(ceiling: float, fps: float) -> dict | None:
                max(ceiling / fps, 1.0), "estimate", "the input-only run was measured apart, under other contention")
 
 
+@windowed
 def advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float | None = None,
            fps: float | None = None, batch_size: int | None = None, removable=(), skip_with=(),
            skip_every: int = SKIP_EVERY, min_gain: float = MIN_GAIN) -> pd.DataFrame:

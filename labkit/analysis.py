@@ -19,6 +19,7 @@ import pandas as pd
 from labkit.idle import (busy_in, busy_intervals, engine_busy, gpu_idle_breakdown, gpu_idle_gaps,
                          gpu_utilization)
 from labkit.summaries import gpu_projection
+from labkit.window import windowed
 
 __all__ = [
     "steady_window",
@@ -84,6 +85,7 @@ def stage_labels(nv: pd.DataFrame) -> pd.Series:
     return pd.Series(np.where(d != "", d + ":" + nv["name"].astype(str), nv["name"].astype(str)), index=nv.index)
 
 
+@windowed
 def choose_stages(rep) -> tuple[tuple[str, ...], str]:
     """A program's stages and how they were chosen, without knowing the program.
 
@@ -116,6 +118,7 @@ def choose_stages(rep) -> tuple[tuple[str, ...], str]:
     return tuple(dict.fromkeys(lab[top.index])), "stages: the top-level NVTX ranges (no repeated range holds others)"
 
 
+@windowed
 def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
     """Per stage (NVTX range name and domain, push/pop or start/end): CPU time, projected GPU time, items, share of wall.
 
@@ -178,6 +181,7 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
     return out
 
 
+@windowed
 def batches(rep, *, warmup: int = 0, stages=None) -> pd.DataFrame:
     """One row per batch index (the payload of ranges), warm-up batches left out.
 
@@ -241,6 +245,7 @@ def _is_wait(name: str) -> bool:
     return any(w in n for w in WAIT_WORDS)
 
 
+@windowed
 def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     """Name the stage and the thread that bound throughput.
 
@@ -352,6 +357,7 @@ def trace_span(rep) -> tuple[int, int]:
     return (min(lo), max(hi)) if lo else (0, 0)
 
 
+@windowed
 def steady_window(rep, *, stage: str | None = "infer", warmup: int = 0, count: int = 3) -> tuple[int, int]:
     """(start_ns, end_ns) of a window about ``count`` iterations wide, past the warm-up.
 
@@ -384,6 +390,7 @@ def steady_window(rep, *, stage: str | None = "infer", warmup: int = 0, count: i
     return int(starts[0] - period / 2), int(starts[0] + (count - 0.5) * period)
 
 
+@windowed
 def stage_overlap(rep, stages, *, warmup: int = 0) -> dict:
     """How much the ranges named ``stages`` ran at the same time (any threads).
 
@@ -407,6 +414,7 @@ def stage_overlap(rep, stages, *, warmup: int = 0) -> dict:
             "overlap_frac": two / busy if busy else nan}
 
 
+@windowed
 def pageable_copies(rep) -> pd.DataFrame:
     """Asynchronous memcpy calls that touch pageable host memory (they run synchronously and
     cannot overlap; pin the host buffer). Same rule as ``nsys analyze -r cuda_memcpy_async``.
@@ -426,6 +434,7 @@ def pageable_copies(rep) -> pd.DataFrame:
     return j.sort_values("start_ns", ignore_index=True)[cols]
 
 
+@windowed
 def copy_table(rep, *, warmup: int = 0) -> pd.DataFrame:
     """Memory copies per direction and kind of host memory.
 

@@ -1,7 +1,7 @@
 """Benchmark the application: repeated runs as subprocesses, medians and spread, ledger rows.
 
     from labkit import bench
-    cmd = [sys.executable, "source_code/detect_video.py", "--input", "data/clip.mp4", "--device", "cpu"]
+    cmd = [sys.executable, "my_program.py", "data/clip.mp4"]
     r = bench.run(cmd, step="baseline", repeats=3, ledger="reports/ledger.jsonl", config={"device": "cpu"})
     r.fps, r.spread, r.repeats
 
@@ -44,7 +44,7 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
 
     Args:
         command: the application's argv (list, or a string split like a shell), without
-            ``--results``; e.g. ``[sys.executable, "source_code/detect_video.py", "--input", clip]``.
+            ``--results``; e.g. ``[sys.executable, "my_program.py", clip]``.
         step: the lab step this measures (the ledger's ``step``).
         repeats: measured runs; median and spread are over these.
         warmup: warm-up frames, passed as ``--warmup N`` unless the command has ``--warmup``;
@@ -151,7 +151,7 @@ def sweep(command, param: str, values: Sequence, *, step: str, progress: bool = 
         command: a function ``value -> argv`` (build each command from your own options, as the
             lab does), or an argv in which ``param`` is set per value with :func:`with_flag`
             (``True`` adds a bare switch, ``False``/``None`` removes it).
-        param: the option, e.g. ``"--batch-size"`` or ``"batch_size"``.
+        param: the option, e.g. ``"--chunk"`` or ``"chunk"`` (a program's own option).
         values: its values, in order.
         step: the ledger step; ``"{value}"`` in it is replaced (``step="batch{value}"``).
         on_error: ``"record"`` (default): a value whose run fails (say, out of memory at the

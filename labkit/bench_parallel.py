@@ -10,6 +10,7 @@ from typing import Mapping
 
 import pandas as pd
 
+from labkit.bench_truth import provenance
 from labkit.bench_core import (BenchError, Result, _append, _argv, _check_exit, _config, _env, _flags, _progress,
                                _row, _stamp, _start, _summarize, _warn_flags)
 
@@ -19,13 +20,15 @@ __all__ = ["run_parallel"]
 def run_parallel(command, *, processes: int, step: str, warmup: int | None = 5, ledger=None,
                  results_dir: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
                  timeout: float | None = None, name: str | None = None, progress: bool = True,
-                 config: Mapping | None = None, labels: Mapping | None = None) -> Result:
+                 config: Mapping | None = None, labels: Mapping | None = None, mode: str | None = None) -> Result:
     """Run ``processes`` copies of the application at once and aggregate their throughput.
 
     Like CV-CUDA's ``benchmark.py -np N``: every process gets its own ``--results`` file; all
     start together and the wall time runs until the last one exits.
 
-    ``config`` and ``labels`` are recorded as in :func:`labkit.bench.run`.
+    ``config``, ``labels`` and ``mode`` (the row's ``provenance``) are recorded as in
+    :func:`labkit.bench.run`. The aggregate has no interval and no decode-ceiling check: each
+    process decodes its own input, so N of them may pass one decoder's ceiling.
 
     Returns:
         :class:`Result` with one ``repeats`` row per process and metrics: ``fps`` = sum of the
@@ -89,5 +92,5 @@ def run_parallel(command, *, processes: int, step: str, warmup: int | None = 5, 
     result = Result(step=step, name=name, command=tuple(_argv(command)), repeats=frame, metrics=metrics,
                     config={**_config(config, cmd, warmup), "processes": processes}, flags=tuple(flags),
                     labels=dict(labels or {}))
-    _append(ledger, result.record())
+    _append(ledger, {**result.record(), "provenance": provenance(cmd, mode)})
     return result

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from labkit import env
 
 __all__ = ["Check", "run_checks", "doctor", "nvtx_verdict", "onnxruntime_verdict", "compiler_verdict",
-           "cuda_probe_verdict", "cli", "MODES"]
+           "cuda_probe_verdict", "cuda_pair_verdict", "cli", "MODES", "CUDA_INDEX"]
 
 MODES = ("analysis", "lab", "gpu")
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
@@ -208,6 +208,42 @@ def _check_onnxruntime() -> Check:
                                has_gpu=bool(env.gpu_info()))
 
 
+CUDA_INDEX = {12: "cu128", 13: "cu130"}
+"""PyTorch's wheel index for each CUDA major (download.pytorch.org/whl/<tag>)."""
+
+
+def _major(version: str | None) -> int | None:
+    try:
+        return int(str(version).split(".")[0]) if version else None
+    except ValueError:
+        return None
+
+
+def cuda_pair_verdict(torch_cuda: str | None, ort_cuda: str | None) -> Check:
+    """torch (``torch.version.cuda``) and onnxruntime-gpu (its build info's ``cuda_version``) built
+    for one CUDA major: a CUDA 13 torch beside a CUDA 12 onnxruntime-gpu loads two CUDA runtimes,
+    and ONNX Runtime's CUDA provider fails to start or falls back to the CPU."""
+    t, o = _major(torch_cuda), _major(ort_cuda)
+    if t is None or o is None:
+        return Check("cuda pair", OK, f"CUDA builds: torch {torch_cuda or 'CPU'}, onnxruntime {ort_cuda or 'CPU'} "
+                     "(no pair to match)", "", ())
+    if t == o:
+        return Check("cuda pair", OK, f"CUDA builds match: torch {torch_cuda}, onnxruntime-gpu {ort_cuda}", "", ())
+    tag = CUDA_INDEX.get(o, f"cu{o}x")
+    return Check("cuda pair", FAIL, f"torch is built for CUDA {torch_cuda} but onnxruntime-gpu for CUDA {ort_cuda}",
+                 f"pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/{tag} "
+                 f"(as environment.yml does), or an onnxruntime-gpu built for CUDA {t}", ("gpu",))
+
+
+def _check_cuda_pair() -> Check:
+    try:
+        from onnxruntime.capi import build_and_package_info as info
+        ort_cuda = getattr(info, "cuda_version", None)
+    except Exception:  # not installed, or a broken CUDA library under it (its own check says so)
+        ort_cuda = None
+    return cuda_pair_verdict(env.torch_info()["cuda_build"], ort_cuda)
+
+
 def compiler_verdict(cc: str | None, cxx: str | None, *, cuda: bool) -> Check:
     """torch.compile needs a C++ compiler on the CPU (Inductor) and a C compiler on a GPU
     (Triton builds a small launcher module for each kernel)."""
@@ -297,7 +333,7 @@ def run_checks(*, reports: str | None = None, probe: bool = False) -> list[Check
     checks.append(Check("nvtx", status, detail, fix, ("lab", "gpu") if status == FAIL else ()))
     if probe and nsys_ver is not None:
         checks += _probe(env.find_nsys(), nsys_ver, cuda=env.torch_info()["cuda_available"])
-    checks += [_check_onnxruntime(), _check_compiler(), _check_tensorrt(), _check_opencv(), *_check_disk(reports)]
+    checks += [_check_onnxruntime(), _check_cuda_pair(), _check_compiler(), _check_tensorrt(), _check_opencv(), *_check_disk(reports)]
     return checks
 
 

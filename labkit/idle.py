@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from labkit.window import restrict, span_of, windowed
+
 __all__ = ["busy_intervals", "gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown", "SYNC_CALLS", "SM_KINDS",
            "COPY_KINDS", "sync_calls", "copy_calls"]
 
@@ -107,17 +109,29 @@ def engine_busy(rep, engine: str = "sm", device_id: int | None = None) -> tuple[
 
 
 # ----------------------------------------------------------------------------- utilization
-def gpu_utilization(rep, *, bin_ms: float = 10.0, device_id: int | None = None, window=None) -> pd.DataFrame:
+def _covered(rep, window, within):
+    """The report restricted to ``within`` (an NVTX range) and the span to cover: ``window`` as given,
+    else the range's first start to its last end (None: the functions' own default span)."""
+    if within is None:
+        return rep, window
+    span = span_of(rep, within=within)
+    return restrict(rep, within=within), (window or (int(span[0, 0]), int(span[-1, 1])))
+
+
+def gpu_utilization(rep, *, bin_ms: float = 10.0, device_id: int | None = None, window=None,
+                    within=None) -> pd.DataFrame:
     """Fraction of each time bin the SMs ran a kernel, and, apart, the copy engines a copy.
 
     Args:
         bin_ms: bin width in ms.
         device_id: one GPU only (default: all together).
         window: (start_ns, end_ns) to cover (default: the trace span of NVTX and GPU work).
+        within: an NVTX range name: GPU work launched inside its instances, over its span.
     Returns: start_ns, end_ns, busy_ns, idle_ns, busy_frac (SM: kernels and graphs),
         copy_busy_ns, copy_busy_frac (copy engines: memcpy and memset) per bin.
     """
     cols = ["start_ns", "end_ns", "busy_ns", "idle_ns", "busy_frac", "copy_busy_ns", "copy_busy_frac"]
+    rep, window = _covered(rep, window, within)
     ms, me = engine_busy(rep, "sm", device_id)
     cs, ce = engine_busy(rep, "copy", device_id)
     if window is None:
@@ -140,6 +154,7 @@ def gpu_utilization(rep, *, bin_ms: float = 10.0, device_id: int | None = None, 
                          "copy_busy_ns": copy.astype(np.int64), "copy_busy_frac": copy / width})
 
 
+@windowed
 def gpu_idle_gaps(rep, *, min_gap_ms: float = 1.0, device_id: int | None = None, engine: str = "all") -> pd.DataFrame:
     """Gaps between GPU operations (all streams together) of at least ``min_gap_ms``.
 
@@ -166,11 +181,12 @@ def gpu_idle_gaps(rep, *, min_gap_ms: float = 1.0, device_id: int | None = None,
     return out.sort_values("duration_ns", ascending=False, ignore_index=True)
 
 
-def gpu_idle_breakdown(rep, *, min_gap_ms: float = 0.0, device_id: int | None = None, window=None) -> pd.DataFrame:
+def gpu_idle_breakdown(rep, *, min_gap_ms: float = 0.0, device_id: int | None = None, window=None,
+                       within=None) -> pd.DataFrame:
     """What the host did while no kernel ran, gap by gap (HTA's idle-time breakdown, by CUDA API).
 
     A gap is a stretch between kernels (or graphs) of at least ``min_gap_ms``, inside ``window``
-    (default: first to last GPU operation). Its time is split, in this order of precedence, into:
+    (default: first to last GPU operation; ``within``: an NVTX range's span, its work only). Its time is split, in this order of precedence, into:
     ``copy_ns`` (a copy ran on the GPU or a thread was in a memcpy/memset call), ``sync_ns`` (a
     thread was in a synchronizing call, :data:`SYNC_CALLS`), ``cuda_ns`` (in another CUDA call:
     launches, allocations) and ``untraced_ns`` (nothing traced: a host-side stall such as
@@ -181,6 +197,7 @@ def gpu_idle_breakdown(rep, *, min_gap_ms: float = 0.0, device_id: int | None = 
     ``attrs["sm_busy_ms"]``, ``attrs["window"]``.
     """
     cols = ["start_ns", "end_ns", "duration_ns", "copy_ns", "sync_ns", "cuda_ns", "untraced_ns", "cause"]
+    rep, window = _covered(rep, window, within)
     ms, me = engine_busy(rep, "sm", device_id)
     ops = engine_ops(rep, "all", device_id)
     out = pd.DataFrame({c: pd.Series(dtype=object if c == "cause" else "int64") for c in cols})

@@ -258,6 +258,10 @@ def load_report(path, *, nsys: str | None = None) -> Report:
         from labkit import nsys as _nsys
 
         rep.meta["capture_nsys_version"] = _nsys.report_version(path)
+    if path.with_suffix(".log").exists() and path.with_suffix(".nsys-rep").exists():
+        from labkit import nsys as _nsys  # labkit recorded it: a killed or interrupted run says so
+
+        rep.notes.extend(_nsys.recording_notes(path))
     return rep
 
 

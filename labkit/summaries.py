@@ -137,6 +137,7 @@ def _packed_summary(rep, t: str, key: str, where: str = "", label=None) -> pd.Da
         return None
     ids, out = _sorted_run_stats(packed)
     names = _lookup(rep._strings, ids)
+    names[pd.isna(names)] = ""  # an id StringIds lacks (a trimmed export): blank, as the frame path reads it
     if label is not None:
         names = np.array([label(x) for x in names], dtype=object)
     out.insert(0, "name", names)

@@ -2,9 +2,7 @@
 
 labkit never imports source_code; the application imports from labkit only ``labkit.annotate``;
 no import cycle among labkit's modules nor among source_code's; no .py file over 500 lines in
-labkit/, source_code/, notebooks/ or any top-level package. Parts that other branches are still
-fixing xfail with the offending files named, computed from the tree, so they turn green on their
-own once those branches merge.
+labkit/, source_code/, notebooks/ or any top-level package; labkit names none of the application's flags.
 """
 from __future__ import annotations
 
@@ -12,12 +10,8 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 500
-PENDING = {"source_code", "notebooks"}  # being split on other branches: xfail until they merge
-PENDING_FILES = {"labkit/bench.py"}  # labkit modules another branch is splitting
 
 
 def _modules(package: str) -> dict[str, Path]:
@@ -129,9 +123,7 @@ def test_no_import_cycle_in_labkit():
 
 
 def test_no_import_cycle_in_source_code():
-    cycles = _cycles(_graph("source_code"))
-    if cycles:
-        pytest.xfail(f"import cycle(s) {cycles}: waits for the source_code branch to merge")
+    assert _cycles(_graph("source_code")) == []
 
 
 def _too_long(folders) -> dict[str, int]:
@@ -145,21 +137,13 @@ def _too_long(folders) -> dict[str, int]:
 
 
 def test_no_file_over_500_lines_in_labkit_and_new_packages():
-    folders = [p for p in _top_level_packages() if p not in PENDING]
+    folders = list(_top_level_packages()) + ["source_code", "notebooks"]
     assert "labkit" in folders
-    assert {f: n for f, n in _too_long(folders).items() if f not in PENDING_FILES} == {}
-
-
-def test_no_file_over_500_lines_in_source_code_notebooks_and_bench():
-    long = _too_long(sorted(PENDING))
-    long.update({f: n for f, n in _too_long(["labkit"]).items() if f in PENDING_FILES})
-    if long:
-        pytest.xfail(f"over {MAX_LINES} lines: {long}: waits for the branches splitting them to merge")
+    assert _too_long(sorted(set(folders))) == {}
 
 
 # labkit speaks of levers in general words; labbook maps them to the application's flags
 FLAG_CONTRACT = {"--results", "--warmup"}  # labkit.bench's documented contract with any benchmarked program
-PENDING_FLAG_FILES = {"labkit/bench.py"}  # its docstring's example command line; being split on another branch
 
 
 def _application_flags() -> set[str]:
@@ -185,7 +169,4 @@ def test_no_flag_of_the_application_in_labkit():
         for flag in flags:
             for m in re.finditer(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text):
                 found.setdefault(str(f.relative_to(ROOT)), set()).add(f"{flag} (line {text[:m.start()].count(chr(10)) + 1})")
-    mine = {f: sorted(v) for f, v in found.items() if f not in PENDING_FLAG_FILES}
-    assert mine == {}
-    if found:
-        pytest.xfail(f"application flags in {sorted(found)}: wait for the branch splitting them to merge")
+    assert {f: sorted(v) for f, v in found.items()} == {}

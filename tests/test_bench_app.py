@@ -1,6 +1,6 @@
 """bench against the real application, source_code/detect_video.py, on a generated clip (CPU).
 
-Small mode: a 2 s 640x360 clip, 8 frames at a 192x320 network input; about 4 s per run on
+A 2 s 640x360 clip, 24 frames (long enough to time: Little's law, see source_code.runner) at a 192x320 network input; a few s per run on
 2 CPU cores.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ def clip(tmp_path_factory):
 
 
 def _command(clip, *extra):
-    return [sys.executable, str(APP), "--input", str(clip), "--frames", "8", "--device", "cpu", "--no-osd",
+    return [sys.executable, str(APP), "--input", str(clip), "--frames", "24", "--device", "cpu", "--no-osd",
             "--input-hw", "192x320", "--batch-size", "2", *extra]
 
 
@@ -50,7 +50,7 @@ def test_run_real_app_into_ledger(clip, tmp_path):
     assert r.metrics["stage_ms.infer"] > 0
     for p in r.results_paths:
         doc = json.loads(p.read_text())
-        assert doc["status"] == "ok" and doc["warmup_frames"] >= 2 and doc["frames"] == 8
+        assert doc["status"] == "ok" and doc["warmup_frames"] >= 2 and doc["frames"] == 24
     df = led.read()
     assert df["step"].tolist() == ["baseline"]
     assert df.loc[0, "config.batch_size"] == 2 and df.loc[0, "config.device"] == "cpu"
@@ -75,7 +75,7 @@ def test_run_parallel_real_app(clip, tmp_path):
     assert r.ok, r.flags
     assert len(r.repeats) == 2
     assert r.fps == pytest.approx(r.repeats["fps"].sum())
-    assert r.metrics["frames"] == 16
+    assert r.metrics["frames"] == 48  # 2 processes x 24 frames
     assert 0 < r.metrics["fps_wall"] < r.fps  # start-up and warm-up are inside the wall time
 
 
@@ -87,7 +87,7 @@ def test_sweep_records_a_failing_value_and_goes_on(clip, tmp_path):
         df = bench.sweep(_command(clip), "--batch-size", [0, 2], step="batch{value}", repeats=1, warmup=2,
                          results_dir=tmp_path / "results", ledger=led, progress=False, timeout=300)
     assert list(df["ok"]) == [False, True] and list(df["step"]) == ["batch0", "batch2"]
-    assert df.loc[0, "error"] == "detect_video: error: --batch-size must be at least 1 (got 0)"
+    assert df.loc[0, "error"] == "the application exited with status 2: detect_video: error: --batch-size must be at least 1 (got 0)"
     assert pd.isna(df.loc[0, "fps"]) and df.loc[1, "fps"] > 0 and pd.isna(df.loc[1, "error"])
     rows = led.read()  # a failure is a ledger row with its status and reason, not a measurement
     assert list(rows["step"]) == ["batch0", "batch2"] and list(rows["status"]) == ["failed", "ok"]
@@ -128,4 +128,4 @@ def test_profiled_run_records_only_the_capture_range(clip, tmp_path):
     whole = bench.run(_command(clip), step="whole", repeats=1, warmup=2, profile=True,
                       results_dir=tmp_path / "results", profile_dir=tmp_path / "profiles", progress=False, timeout=300)
     every = labkit.load_report(whole.profile.with_suffix(".sqlite")).nvtx
-    assert (every["name"] == "infer").sum() == 4 and (every["name"] == "decode").sum() >= 4  # 8 frames, batch 2
+    assert (every["name"] == "infer").sum() == 12 and (every["name"] == "decode").sum() >= 12  # 24 frames, batch 2

@@ -108,6 +108,9 @@ def test_a_program_killed_by_sigkill_is_named_and_its_report_carries_a_note(tmp_
     rep = tmp_path / "oom.nsys-rep"
     notes = nsys.recording_notes(rep)
     assert notes and "SIGKILL" in notes[0] and "only" in notes[0]
+    from labkit.report import load_report
+
+    assert notes[0] in load_report(rep).notes  # the loaded report carries it too
     assert nsys.recording_notes(_record(tmp_path, "whole", 2).nsys_rep) == []
 
 

@@ -43,5 +43,6 @@ def test_the_decode_ceiling_is_measured_once_per_machine_and_mode(led, monkeypat
     assert out is not None and out.status == "ok", out
     row = led.rows()[-1]
     assert row["ceiling"] == "decode" and row["mode"] == "small" and row["kind"] == "exercise"
+    assert row["provenance"]["mode"] == "small"  # the mode labkit.bench matches later rows by
     assert row["config"]["decode_only"] is True and row["metrics"]["fps"] > 0
     assert labbook.runs.decode_ceiling("small") is None and len(led.rows()) == 1

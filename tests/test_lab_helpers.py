@@ -368,7 +368,7 @@ def test_copies_of_a_real_gpu_pipeline_after_warmup():
     """The H100 export of the queued pipeline with --gpu-preprocess (640x360 clip, batch 4, 4
     warm-up frames, 6 batches): the weights' pageable uploads at start-up are left out, and the
     warm-up batch too, although the queued preprocess thread uploaded it before infer started."""
-    run = SimpleNamespace(profile=FIXTURES / "pipeline.nsys2025.3.sqlite", config={"batch_size": 4})
+    run = SimpleNamespace(profile=FIXTURES / "pipeline.nsys2025.3.sqlite", config={"batch_size": 4, "warmup": 4})
     rep = lab.report(run)
     m = rep.memcpy
     assert (m["pageable"] & (m["kind"] == "Host-to-Device")).sum() > 100  # the model upload
@@ -398,7 +398,7 @@ def test_a_failing_step_is_a_ledger_row_and_the_notebook_goes_on(ledger, monkeyp
     sys.path.insert(0, str(ROOT / "scripts"))
     from run_lab import failures
 
-    why = "detect_video: error: --batch-size must be at least 1 (got 0)"
+    why = "the application exited with status 2: detect_video: error: --batch-size must be at least 1 (got 0)"
     since = pd.Timestamp.now(tz="UTC")
     monkeypatch.delenv("LABKIT_STRICT", raising=False)
     r = lab.run_step("broken", profile=False, mode="small", batch_size=0, device="cpu")

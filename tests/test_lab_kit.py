@@ -84,13 +84,13 @@ def test_make_jupyter_never_asks_about_news(tmp_path):
 
 def test_environment_pairs_torch_and_onnxruntime_gpu_on_one_cuda_major():
     yaml = pytest.importorskip("yaml")
-    from labbook.stack import INDEX, cuda_verdict
+    from labkit.doctor import CUDA_INDEX as INDEX, FAIL, OK, cuda_pair_verdict
 
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     index = next(x.split()[-1] for x in pip if x.startswith("--extra-index-url"))
     assert index.endswith("/" + INDEX[12])  # onnxruntime-gpu on PyPI is built for CUDA 12
     assert any(x.startswith("onnxruntime-gpu>=1.19") for x in pip) and any(x.startswith("torch") for x in pip)
-    assert cuda_verdict("12.8", "12.2")[0] and cuda_verdict(None, None)[0]
-    ok, line = cuda_verdict("13.0", "12.9")
-    assert not ok and "\n" not in line and "whl/cu128" in line and "CUDA 13.0" in line
+    assert cuda_pair_verdict("12.8", "12.2").status == OK and cuda_pair_verdict(None, None).status == OK
+    bad = cuda_pair_verdict("13.0", "12.9")
+    assert bad.status == FAIL and "\n" not in bad.detail + bad.fix and "whl/cu128" in bad.fix and "CUDA 13.0" in bad.detail

@@ -1,7 +1,8 @@
 """benchmarks/pipeline_table.py: a CPU smoke run of four configurations on a small real clip.
 
 12 frames per stream at the app's default network input (384x640; pipeline_table passes no
---input-hw), one run each: about 10-15 s on 2 cores.
+--input-hw), one run each: about 10-15 s on 2 cores. The queued configurations hold more frames
+than 10 % of 12 (Little's law): the table must mark them too short, not quote them.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from source_code.scenes import SceneConfig, make_video
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "pipeline_table.py"
 CONFIGS = ["decode_only_1", "baseline", "decode_only_s1", "all_s1"]
+QUEUED = ["decode_only_s1", "all_s1"]  # too short at 12 frames: flagged, with the frames they need
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +60,18 @@ def test_csv_rows_speedup_and_ceiling(table_run):
     assert r.returncode == 0, r.stderr[-2000:]
     df = pd.read_csv(out / "pipeline_table.csv").set_index("config")
     assert list(df.index) == CONFIGS
-    assert (df["status"] == "ok").all(), df["status"].to_dict()
-    assert (df["fps"] > 0).all() and (df["runs"] == 1).all()
+    assert (df.loc[["decode_only_1", "baseline"], "status"] == "ok").all(), df["status"].to_dict()
+    for name in QUEUED:
+        assert "too short to measure throughput" in df.loc[name, "status"] and "Little's law" in df.loc[name, "status"]
+    assert (df["runs"] == 1).all() and (df.loc[["decode_only_1", "baseline", "decode_only_s1"], "fps"] > 0).all()
+    assert math.isnan(df.loc["all_s1", "fps"]) or df.loc["all_s1", "fps"] > 0  # 0 timed frames: no figure at all
     assert df.loc["baseline", "speedup"] == pytest.approx(1.0)
     for name in CONFIGS:
-        assert df.loc[name, "speedup"] == pytest.approx(df.loc[name, "fps"] / df.loc["baseline", "fps"], rel=1e-9)
+        assert df.loc[name, "speedup"] == pytest.approx(df.loc[name, "fps"] / df.loc["baseline", "fps"], rel=1e-9,
+                                                        nan_ok=True)
     # all_s1 (--queues, one stream) is compared with decode-only through one decoder thread
     assert df.loc["all_s1", "of_decode_only"] == pytest.approx(
-        df.loc["all_s1", "fps"] / df.loc["decode_only_s1", "fps"], rel=1e-9)
+        df.loc["all_s1", "fps"] / df.loc["decode_only_s1", "fps"], rel=1e-9, nan_ok=True)
     # the sync baseline with the one decoded in the main thread
     assert df.loc["baseline", "of_decode_only"] == pytest.approx(
         df.loc["baseline", "fps"] / df.loc["decode_only_1", "fps"], rel=1e-9)
@@ -89,15 +95,15 @@ def test_ledger_has_one_row_per_configuration(table_run):
     assert len(led) == 4
     assert not (out / "ledger.jsonl").exists()  # kept out of the lab's table of reports/
     assert list(led["step"]) == CONFIGS
-    assert (led["status"] == "ok").all()
-    assert (led["fps"] > 0).all()
+    assert list(led["status"]) == ["ok", "ok", "flagged", "flagged"]
+    assert (led["fps"].iloc[:3] > 0).all()
     # the decode-only runs carry the flag, the others do not
     decode = led.set_index("step")["config.decode_only"]
     assert decode["decode_only_1"] == True and decode["decode_only_s1"] == True  # noqa: E712
     assert pd.isna(decode["baseline"]) and pd.isna(decode["all_s1"])
     csv = pd.read_csv(out / "pipeline_table.csv").set_index("config")
     for _, row in led.iterrows():
-        assert row["fps"] == pytest.approx(csv.loc[row["step"], "fps"])
+        assert row["fps"] == pytest.approx(csv.loc[row["step"], "fps"], nan_ok=True)
     # each run left its results JSON under <out>/results
     results = sorted((out / "results").glob("*.json"))
     assert len(results) == 4

@@ -13,6 +13,7 @@ import pytest
 
 import labbook as lab
 import labbook.display
+import labbook.levers
 import labbook.predict
 import labbook.reference
 import labbook.runs
@@ -137,7 +138,10 @@ def test_next_lever_comes_from_the_steps_own_profile(led):
     assert "has no ledger row yet" in lab.next_lever("queues", "full").data
     add(led, "queues", profile="queues.sqlite")
     text = lab.next_lever("queues", "full").data
-    assert text.startswith("Next lever: --batch-size") and "'infer'" in text
+    assert text.startswith("Next lever after 'queues': ") and "'infer'" in text
+    top = labbook.predict.advice_frame("batch4", "full", builds_on="queues")[0].iloc[0]["lever"]
+    flags = labbook.levers.flags_of(top)
+    assert f"in this application {top} ({', '.join(flags) if flags else 'no one flag of this application'})" in text
 
 
 @pytest.mark.skipif(lab.gpu_available(), reason="needs a machine without a GPU, where a CUDA step is skipped")

@@ -1,0 +1,54 @@
+"""Every analysis and ``advise`` takes ``window=``/``within=`` (issue 22), on a real export of
+someone else's program: restricting first and passing the window give the same answer."""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+import labkit
+from labkit import advice, analysis, idle
+from labkit.window import restrict
+
+LLAMA = Path(__file__).parent / "fixtures" / "real" / "Sh1mwww_2024.6_llama3_real_inference_simulation.sqlite"
+WINDOWED = [analysis.stage_table, analysis.batches, analysis.bottleneck, analysis.stage_overlap,
+            analysis.pageable_copies, analysis.copy_table, analysis.choose_stages, analysis.steady_window,
+            idle.gpu_idle_gaps, idle.gpu_utilization, idle.gpu_idle_breakdown, advice.advise]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return labkit.load_report(LLAMA)
+
+
+@pytest.mark.parametrize("fn", WINDOWED, ids=lambda f: f.__name__)
+def test_every_analysis_takes_window_and_within(fn):
+    params = inspect.signature(fn).parameters
+    assert {"window", "within"} <= set(params)
+    assert params["within"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_stage_table_within_a_range_is_the_table_of_the_restricted_report(llama):
+    name = "token_0_processing"
+    got = analysis.stage_table(llama, within=name)
+    want = analysis.stage_table(restrict(llama, within=name))
+    assert got.equals(want)
+    whole = analysis.stage_table(llama)
+    # the restricted table counts fewer calls of a range that repeats in every token
+    calls = lambda t: int(t.loc[t["stage"] == "layer_0_computation", "instances"].iloc[0])  # noqa: E731
+    assert 0 < calls(got) < calls(whole)
+
+
+def test_advise_and_idle_breakdown_within_a_range(llama):
+    name = "token_0_processing"
+    a = advice.advise(llama, within=name)
+    b = advice.advise(restrict(llama, within=name))
+    assert list(a["rule"]) == list(b["rule"]) and a.attrs["note"] == b.attrs["note"]
+    gaps = idle.gpu_idle_breakdown(llama, within=name)
+    span = restrict(llama, within=name).meta["window"]
+    assert gaps.attrs["window"] == (span[0][0], span[-1][1])
+    parts = gaps[["copy_ns", "sync_ns", "cuda_ns", "untraced_ns"]].sum(axis=1)
+    assert (parts == gaps["duration_ns"]).all()
+    util = idle.gpu_utilization(llama, within=name, bin_ms=1.0)
+    assert util["start_ns"].iloc[0] == span[0][0] and util["busy_frac"].between(0, 1).all()
