@@ -1,6 +1,7 @@
 """The README's result tables are the committed reference ledgers, not hand-typed numbers."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -24,16 +25,23 @@ def table_after(heading: str) -> list[list[str]]:
     return rows
 
 
-def test_cpu_table_is_the_cpu_reference_ledger():
+def _section(heading: str) -> str:
+    text = README[README.index(heading) + len(heading):]
+    return text[:text.index("\n## ")]
+
+
+def test_cpu_section_quotes_no_withdrawn_figure():
+    """Round 1's CPU ledger predates round 3's definitions (timed window, all-frame mAP, spreads):
+    the README quotes none of its figures; a CPU table, once re-recorded, must be a ledger with
+    intervals (``fps_ci_low``) and provenance."""
+    section = _section("## Results on the 2-core CPU machine")
     table = labkit.speedup_table(ROOT / "reports/reference/cpu-2core/ledger.reference.jsonl")
-    rows = table_after("## Results on the 2-core CPU machine")
-    assert [r[0] for r in rows] == list(table.frame.index)
     machine = table.speedup.columns[0]
-    for step, speedup, fps, map50, mota in rows:
-        assert float(speedup.rstrip("x")) == pytest.approx(table.speedup.loc[step, machine], abs=0.005), step
-        assert float(fps) == pytest.approx(table.values.loc[step, machine], abs=0.05), step
-        assert float(map50) == pytest.approx(table.frame.filter(like="map50").loc[step].iloc[0], abs=5e-4), step
-        assert float(mota) == pytest.approx(table.frame.filter(like="mota").loc[step].iloc[0], abs=5e-4), step
+    for step in table.frame.index:
+        assert f"{table.values.loc[step, machine]:.1f}" not in section, step
+    if "\n|" in section:  # a new table: from a round-3 ledger
+        rows = [json.loads(x) for x in (ROOT / "reports/reference/cpu-2core/ledger.reference.jsonl").read_text().splitlines() if x]
+        assert all("fps_ci_low" in r.get("metrics", {}) and "provenance" in r for r in rows if r.get("status") == "ok")
 
 
 def test_h100_table_is_the_h100_configuration_ledger():
