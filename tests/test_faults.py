@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from faultkit import fill, mount  # noqa: F401 (mount: a fixture of real tmpfs disks)
 
 import labkit
 from labkit import bench, nsys
@@ -132,39 +133,6 @@ def test_a_jupyter_interrupt_raises_keyboardinterrupt_in_the_api(tmp_path):
 
 
 # ----------------------------------------------------------------------------- disks
-@pytest.fixture
-def mount(tmp_path):
-    """``mount(size, ro=False)``: a fresh tmpfs of that size (a real small or read-only disk)."""
-    points = []
-
-    def make(size: str, ro: bool = False) -> Path:
-        point = tmp_path / f"mnt{len(points)}"
-        point.mkdir()
-        opts = f"size={size}" + (",ro" if ro else "")
-        res = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(point)], capture_output=True, text=True)
-        if res.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip() or res.returncode}): needs root")
-        points.append(point)
-        return point
-
-    yield make
-    for point in points:  # lazily if something still holds it: no mount outlives the test
-        if subprocess.run(["umount", str(point)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(point)], check=True)
-
-
-def _fill(folder: Path) -> None:
-    """Write into ``folder`` until its disk is full."""
-    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
-    try:
-        while os.write(fd, b"\0" * 4096):
-            pass
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 @pytest.mark.nsys
 def test_profile_on_a_full_disk_says_the_folder_and_the_space_needed(mount):
     disk = mount("2m")
@@ -200,7 +168,7 @@ def test_ledger_append_on_a_full_disk_is_one_error_and_leaves_the_file_as_it_was
     led = Ledger(disk / "ledger.jsonl")
     led.append({"step": "baseline", "env": {"host": "h"}, "metrics": {"fps": 10.0}})
     before = led.path.read_bytes()
-    _fill(disk)
+    fill(disk)
     with pytest.raises(OutputError, match=rf"cannot append a row to the ledger {led.path}: the disk holding {disk} is "
                                           r"full \(0\.0 MB free; about 0\.0 MB is needed\): free some space there"):
         led.append({"step": "next", "env": {"host": "h"}, "note": "x" * 20000})

@@ -9,18 +9,10 @@ from pathlib import Path
 
 import pytest
 from faultkit import fill, mount  # noqa: F401 (fixtures)
+from test_app_safety import FAST, clip  # noqa: F401 (clip: the same small real clip's fixture)
 
 from source_code.detect_video import main
 from source_code.scenes import SceneConfig, gt_path_for, make_video, read_gt
-
-FAST = ["--input-hw", "96x160", "--device", "cpu", "--warmup", "0", "--frames", "4"]
-
-
-@pytest.fixture(scope="module")
-def clip(tmp_path_factory):
-    d = tmp_path_factory.mktemp("clips")
-    video, _ = make_video(d / "clip.mp4", seconds=0.6, config=SceneConfig(seed=41, width=320, height=192, fps=10))
-    return video
 
 
 def test_a_swapped_model_in_the_cache_is_not_reused(tmp_path):
