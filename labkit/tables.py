@@ -47,7 +47,7 @@ from typing import Mapping, Sequence
 import pandas as pd
 
 from labkit.env import reports_dir
-from labkit.errors import LabkitError
+from labkit.errors import LabkitError, OutputError, check_writable, output_error
 from labkit.ledger import Ledger, frame_of
 
 __all__ = ["speedup_table", "class_view", "SpeedupTable", "SpeedupTableError", "SpeedupWarning", "load_ledgers",
@@ -424,6 +424,8 @@ def cli_table(argv: list[str]) -> int:
     p.add_argument("--provenance", action="store_true", help="add the commit each figure ran on")
     args = p.parse_args(argv)
     try:
+        if args.output:  # before anything is printed: a folder that cannot take the file is one line
+            check_writable(args.output.parent, what="write the table into")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             if args.class_dir is not None:
@@ -431,7 +433,7 @@ def cli_table(argv: list[str]) -> int:
             else:
                 table = speedup_table(args.path, baseline=args.baseline, metric=args.metric, machines=args.machines,
                                       exercises=args.exercises)
-    except SpeedupTableError as exc:
+    except (SpeedupTableError, OutputError) as exc:
         print(f"labkit table: {exc}", file=sys.stderr)
         return 1
     for w in caught:
@@ -439,6 +441,9 @@ def cli_table(argv: list[str]) -> int:
     text = table.to_markdown(provenance=args.provenance)
     print(text)
     if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text + "\n")
+        try:
+            args.output.write_text(text + "\n")
+        except OSError as exc:
+            print(f"labkit table: {output_error(args.output, exc, what='write')}", file=sys.stderr)
+            return 1
     return 0

@@ -44,6 +44,28 @@ def get_until(q: queue.Queue, stop: threading.Event):
     return None
 
 
+_TRACK_KINDS = {b"vide": "video", b"soun": "audio", b"subt": "subtitles", b"text": "text", b"sbtl": "subtitles"}
+
+
+def track_kinds(path) -> set[str]:
+    """The kinds of track an MP4/MOV container declares ("video", "audio"...: its ``hdlr`` boxes,
+    read from the first 64 MiB), or an empty set for any other file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64 << 20)
+    except OSError:
+        return set()
+    if head[4:8] not in (b"ftyp", b"moov", b"mdat", b"free", b"wide"):
+        return set()
+    kinds, at = set(), head.find(b"hdlr")
+    while at >= 0:
+        kind = head[at + 12:at + 16]  # after version/flags and pre_defined
+        if kind in _TRACK_KINDS:
+            kinds.add(_TRACK_KINDS[kind])
+        at = head.find(b"hdlr", at + 4)
+    return kinds
+
+
 class VideoSource:
     """One video file opened with OpenCV; ``read()`` returns a frame or None at the end."""
 
@@ -54,6 +76,10 @@ class VideoSource:
             raise PipelineError(f"input not found: {path}", EXIT_USAGE)
         self.cap = cv2.VideoCapture(path)
         if not self.cap.isOpened():
+            kinds = track_kinds(path)
+            if kinds and "video" not in kinds:
+                raise PipelineError(f"cannot open {path}: it has no video track (only {', '.join(sorted(kinds))}"
+                                    f"; an audio-only file?): pass a file with video as --input")
             raise PipelineError(f"cannot open {path}: not a readable video (damaged or truncated file?)")
         self.declared = int(self.cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
         fps = float(self.cap.get(cv2.CAP_PROP_FPS) or 0.0)

@@ -77,3 +77,24 @@ def test_a_disk_that_filled_while_writing_the_video_does_not_block_later_runs(tm
     capsys.readouterr()
     os.unlink(disk / "filler")  # space freed: the next run replaces its own partial video
     assert main(args) == 0, capsys.readouterr().err
+
+
+def test_an_audio_only_file_is_named_as_such(clip, tmp_path, capsys):
+    """A real MP4 whose one track is declared a sound track (its ``hdlr`` box says "soun", as an
+    audio-only recording's does): one line saying it has no video track, not "damaged"."""
+    from source_code.sources import track_kinds
+
+    data = clip.read_bytes()
+    at = data.find(b"hdlr")
+    assert track_kinds(clip) >= {"video"} and data[at + 12:at + 16] == b"vide"
+    audio = tmp_path / "talk.mp4"
+    audio.write_bytes(data[:at + 12] + b"soun" + data[at + 16:])
+    assert track_kinds(audio) == {"audio"}
+    assert main([*FAST, "--cache-dir", str(tmp_path / "cache"), "--input", str(audio),
+                 "--results", str(tmp_path / "r.json")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no video track" in err[0] and "audio" in err[0] and "damaged" not in err[0], err
+    import json
+
+    doc = json.loads((tmp_path / "r.json").read_text())  # a failed run's results say so, with the same line
+    assert doc["status"] != "ok" and "no video track" in json.dumps(doc)

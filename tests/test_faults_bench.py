@@ -168,3 +168,19 @@ def test_a_killed_python_process_takes_its_benchmark_run_with_it(tmp_path, app):
         for p in child:
             with contextlib.suppress(psutil.Error):
                 p.kill()
+
+
+def test_table_output_that_cannot_be_written_is_one_line_before_anything_is_printed(tmp_path, mount):
+    """``labkit table --output`` into a folder a file stands in, or onto a read-only disk: one line
+    naming the path and the fix, exit 1, no table printed first and no traceback."""
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text(json.dumps({"step": "baseline", "status": "ok", "env": {"host": "a", "cpu": "x"},
+                                  "metrics": {"fps": 10.0}, "config": {}}) + "\n")
+    (tmp_path / "afile").write_text("mine\n")
+    for out in (tmp_path / "afile" / "t.md", mount("64k", ro=True) / "t.md"):
+        r = subprocess.run([sys.executable, "-m", "labkit", "table", str(ledger), "--output", str(out)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr, r.stderr
+        line, = r.stderr.strip().splitlines()
+        assert line.startswith("labkit table: cannot ") and str(out.parent) in line and "choose another folder" in line
+    assert (tmp_path / "afile").read_text() == "mine\n"
