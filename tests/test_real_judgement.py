@@ -1,0 +1,73 @@
+"""labkit's judgement on every report of other people that nsys 2022.4 reads (tests/fixtures/real/,
+nsys 2020.5-2026.1): ``advise``, ``bottleneck``, ``stage_table``, ``compare`` and ``plot_timeline``
+run, and their claims agree with each other and with nsys's own CSVs beside each report."""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import matplotlib.figure
+import pandas as pd
+import pytest
+
+import labkit
+from labkit import analysis
+from labkit.advice import ADVICE_COLUMNS, LEVERS
+
+REAL = Path(__file__).parent / "fixtures" / "real"
+NAMES = sorted(p.stem for p in REAL.glob("*.sqlite"))
+
+
+@lru_cache(maxsize=None)
+def rep(name: str):
+    return labkit.load_report(REAL / f"{name}.sqlite")
+
+
+def test_every_real_report_is_here():
+    assert len(NAMES) == 13
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_advice_bottleneck_and_stage_table_agree(name):
+    r = rep(name)
+    a = labkit.advise(r)
+    assert list(a.columns) == ADVICE_COLUMNS and a.attrs["note"]
+    assert a["lever"].isin(list(LEVERS)).all() and a["basis"].isin(["bound", "estimate"]).all()
+    assert "--" not in " ".join(a[["finding", "evidence", "lever_text", "assumptions"]].astype(str).to_numpy().ravel())
+    st = labkit.stage_table(r)
+    b = labkit.bottleneck(r)
+    labels = set(analysis.stage_labels(st.rename(columns={"stage": "name"})))
+    # every stage a finding or the bottleneck names is a stage the stage table has
+    assert set(a["stage"].dropna()) <= labels | set(a.attrs["stages"]), (set(a["stage"].dropna()), labels)
+    assert b.stage is None or b.stage in labels | {s.split(":", 1)[-1] for s in labels}
+    assert 0 <= b.thread_busy_frac <= 1 + 1e-9 and 0 <= b.gpu_busy_frac <= 1 + 1e-9
+    # the GPU is called the bound only when its SMs were busier than the busiest thread
+    assert b.gpu_bound == (b.gpu_busy_frac > b.thread_busy_frac)
+    if r.nvtx.empty:
+        assert st.empty and b.stage is None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_compare_totals_are_nsys_own(name):
+    """compare(r, r) changes nothing, and its kernel and CUDA API totals are nsys's CSVs'."""
+    r = rep(name)
+    d = labkit.compare(r, r)
+    assert (d["delta_ns"] == 0).all() and (d["delta_count"] == 0).all()
+    for kind, csv, col in (("kernel", "gpukernsum", "Total Time (ns)"), ("cuda_api", "cudaapisum", "Total Time (ns)")):
+        path = REAL / f"{name}.{csv}.csv"
+        theirs = pd.read_csv(path) if path.stat().st_size else pd.DataFrame({col: []})
+        ours = d.loc[d["kind"] == kind, "total_a_ns"]
+        assert int(ours.sum()) == int(theirs[col].sum()), (kind, int(ours.sum()), int(theirs[col].sum()))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_plot_timeline_draws_a_steady_slice(name):
+    r = rep(name)
+    ends = [f["end_ns"] for f in (r.nvtx, r.kernels, r.cuda_api) if len(f)]
+    starts = [f["start_ns"] for f in (r.nvtx, r.kernels, r.cuda_api) if len(f)]
+    if not ends:
+        pytest.skip(f"{name}: no NVTX, kernel or CUDA API rows to draw")
+    t0 = int(min(s.min() for s in starts))
+    t1 = min(int(max(e.max() for e in ends)), t0 + 200_000_000)  # the first 200 ms at most
+    fig = labkit.plot_timeline(r, window=(t0, t1))
+    assert isinstance(fig, matplotlib.figure.Figure) and fig.axes and fig.axes[0].get_yticklabels()
