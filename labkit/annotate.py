@@ -348,6 +348,7 @@ OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
     "ranks": (int,),  # processes (ranks) that ran
     "per_rank": (list,),  # one dict per rank: rank, host, device, inputs, frames, timed_frames, seconds,
     #                       fps, latency_ms, stages, status
+    "placement": (str,),  # where the ranks ran, in words (on the CPU, sharing a GPU...): a fact, not a warning
     # the timed window (THROUGHPUT); absent from files written before they existed
     "carried_frames": (int,),  # read before the window opened, finished inside it, not counted
     "fps_ci95": (list, type(None)),  # [low, high]: bootstrap 95 % interval of fps over blocks of timed batches

@@ -245,8 +245,7 @@ def run(cfg: Any, world: World, run_pipeline: Callable[..., dict]) -> dict | Non
     if world.rank != 0:
         return None
     doc = merge(parts, cfg)
-    if where.note:
-        doc["warnings"].append(where.note)
+    doc["placement"] = where.note or f"as asked: {where.device.split(':')[0]}, {where.backend}"  # a fact, not a fault
     return doc
 
 

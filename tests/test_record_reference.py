@@ -58,7 +58,10 @@ def test_two_budgeted_calls_resume_and_complete_the_reference(tmp_path):
     assert "state restored" in log2 and "baseline:" not in log2
     assert log2.rstrip().endswith("complete: every step has a ledger row")
     rows = _ledger(tmp_path / "out2", tmp_path / "ref", "cpu-rehearsal")
-    assert [(r["step"], r.get("status", "ok")) for r in rows] == [("baseline", "ok"), ("queues", "ok"), ("fp16", "skipped")]
+    # the machine's decode-only ceiling first (labbook.runs.decode_ceiling, once per machine and mode)
+    assert [(r["step"], r.get("status", "ok")) for r in rows] == [("decode_ceiling", "ok"), ("baseline", "ok"),
+                                                                   ("queues", "ok"), ("fp16", "skipped")]
+    assert rows[0]["ceiling"] == "decode" and all(r["provenance"]["mode"] == "small" for r in rows if "provenance" in r)
     folder = tmp_path / "ref" / "cpu-rehearsal"
     prov = json.loads((folder / "provenance.json").read_text())
     assert prov["complete"] and prov["commit"] == commit and prov["calls"] == 2 and prov["mode"] == "small"
