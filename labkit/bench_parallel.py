@@ -10,7 +10,7 @@ from typing import Mapping
 
 import pandas as pd
 
-from labkit.bench_truth import provenance
+from labkit.bench_truth import parallel_figures, provenance
 from labkit.bench_core import (BenchError, Result, _append, _argv, _check_exit, _config, _env, _flags, _progress,
                                _row, _stamp, _start, _summarize, _warn_flags)
 
@@ -27,8 +27,9 @@ def run_parallel(command, *, processes: int, step: str, warmup: int | None = 5, 
     start together and the wall time runs until the last one exits.
 
     ``config``, ``labels`` and ``mode`` (the row's ``provenance``) are recorded as in
-    :func:`labkit.bench.run`. The aggregate has no interval and no decode-ceiling check: each
-    process decodes its own input, so N of them may pass one decoder's ceiling.
+    :func:`labkit.bench.run`. The aggregate's interval is the sum of the processes' own
+    (``fps_ci_low``/``fps_ci_high``, :func:`labkit.bench_truth.parallel_figures`); there is no
+    decode-ceiling check: each process decodes its own input, so N of them may pass one decoder's.
 
     Returns:
         :class:`Result` with one ``repeats`` row per process and metrics: ``fps`` = sum of the
@@ -89,6 +90,7 @@ def run_parallel(command, *, processes: int, step: str, warmup: int | None = 5, 
         "wall_s": wall,
     })
     metrics.pop("repeats", None)
+    metrics.update(parallel_figures(frame))
     result = Result(step=step, name=name, command=tuple(_argv(command)), repeats=frame, metrics=metrics,
                     config={**_config(config, cmd, warmup), "processes": processes}, flags=tuple(flags),
                     labels=dict(labels or {}))

@@ -92,6 +92,21 @@ def measured_figures(repeats, metrics: Mapping[str, Any]) -> dict:
     return out
 
 
+def parallel_figures(processes) -> dict:
+    """The spread and length fields of processes run side by side (``run_parallel``'s frame, one row
+    per process): their aggregate fps lies between the sum of each process's own interval low and
+    the sum of its highs (over its batches: every bound holds together only at worst, so the
+    interval is conservative); ``too_short`` when any process was."""
+    docs = _results(list(processes["results"]))
+    out: dict[str, Any] = {}
+    if docs and all(isinstance(d.get("fps_ci95"), list) for d in docs):
+        out.update(fps_ci_low=float(sum(d["fps_ci95"][0] for d in docs)),
+                   fps_ci_high=float(sum(d["fps_ci95"][1] for d in docs)), fps_ci_over="processes' batches")
+    if docs:
+        out["too_short"] = any(bool(d.get("too_short")) for d in docs)
+    return out
+
+
 def _git(args: list[str], cwd: Path) -> str | None:
     try:
         p = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=20)

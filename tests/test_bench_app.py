@@ -77,6 +77,12 @@ def test_run_parallel_real_app(clip, tmp_path):
     assert r.fps == pytest.approx(r.repeats["fps"].sum())
     assert r.metrics["frames"] == 48  # 2 processes x 24 frames
     assert 0 < r.metrics["fps_wall"] < r.fps  # start-up and warm-up are inside the wall time
+    # the aggregate's interval: the sum of each process's own
+    docs = [json.loads(Path(p).read_text()) for p in r.repeats["results"]]
+    assert r.metrics["fps_ci_low"] == pytest.approx(sum(d["fps_ci95"][0] for d in docs))
+    assert r.metrics["fps_ci_high"] == pytest.approx(sum(d["fps_ci95"][1] for d in docs))
+    assert 0 < r.metrics["fps_ci_low"] < r.metrics["fps_ci_high"]
+    assert r.metrics["too_short"] is False
 
 
 def test_sweep_records_a_failing_value_and_goes_on(clip, tmp_path):
