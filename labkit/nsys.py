@@ -286,6 +286,7 @@ _META_TABLES = {"EXPORT_META_DATA", "META_DATA_EXPORT"}
 _SESSION_START_FROM = (2020, 3)
 _LEFT_BY_FAILURE = {"StringIds", "ProcessStreams", "sqlite_sequence"}
 _VERSION = re.compile(rb"20[1-3]\d\.\d+\.\d+(?:\.\d+)?")
+_HEADER_VERSION = re.compile(rb"Profiler Report (20[1-3]\d)@(\d+)@(\d+)@(\d+)")  # nsys 2025 on, in the header
 
 
 def export_cache_dir() -> Path:
@@ -332,9 +333,13 @@ def report_version(rep_path: Path) -> str | None:
     """The nsys version that wrote a ``.nsys-rep`` (it is stored near the start of the file)."""
     try:
         with open(rep_path, "rb") as f:
-            m = _VERSION.search(f.read(4 << 20))
+            head = f.read(4 << 20)
     except OSError:
         return None
+    h = _HEADER_VERSION.search(head[:4096])  # newer reports: "2026@1@2@63" (a path later may hold other dates)
+    if h:
+        return ".".join(x.decode() for x in h.groups())
+    m = _VERSION.search(head)
     return m.group().decode() if m else None
 
 

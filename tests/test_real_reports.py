@@ -11,6 +11,7 @@ averages, medians and deviations to nsys's rounding (0.1 ns; sizes to 0.001 MB).
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -165,3 +166,30 @@ def test_export_without_metadata_table_loads():
     assert "EXPORT_META_DATA" not in rep._db.tables and "META_DATA_EXPORT" not in rep._db.tables
     assert rep.nsys_version is None
     assert len(rep.kernels) == 1934 and rep.has_cuda
+
+
+UNREADABLE = {"HalfEmptyDrum_2026.1_cs336_myrun": "2026.1.2.63", "LucasGasparinoBSC_2023.1_p2pacc_test": "2023.1.1.127"}
+
+
+@pytest.mark.nsys
+@pytest.mark.parametrize("name", sorted(UNREADABLE))
+def test_reports_the_installed_nsys_cannot_read_end_in_one_clear_line_twice(tmp_path, name):
+    """The two real reports of shared/real-reports that nsys 2022.4 cannot export: the version that
+    wrote each is read from its header (2026's "2026@1@2@63", not a later path's date), the error
+    names it and the fix, and a second try says the same with nothing left behind."""
+    from labkit.env import find_nsys
+    from labkit.nsys import report_version
+
+    if find_nsys() is None:
+        pytest.skip("nsys is not installed")
+    rep = tmp_path / f"{name}.nsys-rep"
+    shutil.copy(Path(__file__).parent / "fixtures" / "real_unreadable" / rep.name, rep)
+    assert report_version(rep) == UNREADABLE[name]
+    lines = []
+    for _ in range(2):
+        with pytest.raises(labkit.LabkitError) as err:
+            labkit.load_report(rep)
+        lines.append(str(err.value))
+        assert sorted(p.name for p in tmp_path.iterdir()) == [rep.name]  # no partial export, no log
+    assert lines[0] == lines[1] and "\n" not in lines[0]
+    assert f"written by nsys {UNREADABLE[name][:6]}" in lines[0] and "newer nsys" in lines[0], lines[0]
