@@ -24,10 +24,8 @@ from pathlib import Path
 from typing import Sequence
 
 from labkit.env import cache_dir, nsys_version
-from labkit.errors import LabkitError, check_writable, output_error
-from labkit.errors import output_tail as _tail
-from labkit.proc import child_setup, exit_reason, process_reason, program_lines
-from labkit.proc import remove_stream_files as _remove_stream_files
+from labkit.errors import LabkitError, check_writable, output_error, output_tail as _tail
+from labkit.proc import child_setup, exit_reason, process_reason, program_lines, remove_stream_files as _remove_stream_files
 from labkit.proc import wait_with_progress as _wait_with_progress
 
 __all__ = [
@@ -337,10 +335,8 @@ def report_version(rep_path: Path) -> str | None:
     except OSError:
         return None
     h = _HEADER_VERSION.search(head[:4096])  # newer reports: "2026@1@2@63" (a path later may hold other dates)
-    if h:
-        return ".".join(x.decode() for x in h.groups())
-    m = _VERSION.search(head)
-    return m.group().decode() if m else None
+    m = h or _VERSION.search(head)
+    return (".".join(x.decode() for x in h.groups()) if h else m.group().decode()) if m else None
 
 
 def _major_minor(version: str) -> tuple[int, ...]:
