@@ -16,7 +16,7 @@ import math
 import re
 
 import labkit
-from labkit.advice import MIN_GAIN
+from labkit.advice import MIN_GAIN, finding_sentence
 
 from labbook.display import report, warmup_batches
 from labbook.levers import ADVISE, OPTIONS_OF, flags_of, lever_text, levers_of
@@ -66,16 +66,11 @@ def _advise(path: str, warmup: int, min_gain: float = MIN_GAIN, ceiling: float |
 
 def decode_ceiling_fps(mode: str = MODE) -> float | None:
     """Frames/s of the ledger's decode-only run of this machine and mode (``labbook.runs``), or None."""
-    import socket
-
-    from labkit.bench_truth import find_ceiling
-    from labkit.ledger import Ledger
+    from labkit.bench_truth import ledger_ceiling
 
     from labbook import reference  # its LEDGER: the one ledger every labbook reader reads
 
-    path = reference.LEDGER
-    row = find_ceiling(Ledger(path).rows(), host=socket.gethostname(), mode=mode) if path.exists() else None
-    fps = ((row or {}).get("metrics") or {}).get("fps")
+    fps = ((ledger_ceiling(reference.LEDGER, mode) or {}).get("metrics") or {}).get("fps")
     return float(fps) if fps else None
 
 
@@ -279,8 +274,5 @@ def next_lever(step: str, mode: str = MODE):
     if a.empty:
         return say(f"No lever worth a step after '{step}': {a.attrs['note']}.")
     top = a.iloc[0]
-    kind = "an upper bound" if top["basis"] == "bound" else "an estimate"
     here = lever_text(top["lever"]) if flags_of(top["lever"]) else f"{top['lever']} (no one flag of this application)"
-    return say(f"Next lever after '{step}': {top['lever_text']}, in this application {here}. "
-               f"{top['finding']} ({top['evidence']}); predicted {top['predicted_speedup']:.2f}x, {kind} "
-               f"assuming {top['assumptions']}.")
+    return say(f"Next lever after '{step}': {top['lever_text']}, in this application {here}. {finding_sentence(top)}")

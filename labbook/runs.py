@@ -6,7 +6,7 @@ import time
 from typing import Mapping
 
 from labkit import bench
-from labkit.bench_truth import find_ceiling
+from labkit.bench_truth import ledger_ceiling
 from labkit.errors import LabkitError
 from labkit.ledger import Ledger, not_run
 
@@ -86,9 +86,7 @@ def decode_ceiling(mode: str = MODE, *, profile: bool = False) -> Outcome | None
     labelled ``ceiling: "decode"`` (``labkit.bench`` then flags every later row of this host and
     mode whose frames/s is above it beyond the spread). Returns the run's outcome, or None when
     the ledger already has an ok one for this host and mode."""
-    import socket
-
-    if find_ceiling(Ledger(LEDGER).rows(), host=socket.gethostname(), mode=mode) is not None:
+    if ledger_ceiling(LEDGER, mode) is not None:
         return None  # the row labkit.bench itself checks later rows against
     plan = resolve(CEILING_STEP, mode=mode, kind="exercise", flags=CEILING_FLAGS,
                    finding="none: the decode-only ceiling is a measurement, not a change")

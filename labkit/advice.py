@@ -22,7 +22,8 @@ from labkit.advice_evidence import (ADVICE_COLUMNS, DECODE_BOUND, LEVERS, MIN_GA
 from labkit.errors import LabkitError
 from labkit.window import windowed
 
-__all__ = ["advise", "next_lever", "AdviseError", "ADVICE_COLUMNS", "LEVERS", "annotated_stages", "MIN_GAIN"]
+__all__ = ["advise", "next_lever", "finding_sentence", "AdviseError", "ADVICE_COLUMNS", "LEVERS", "annotated_stages",
+           "MIN_GAIN"]
 
 
 class AdviseError(LabkitError):
@@ -114,12 +115,16 @@ def advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float | 
     return out
 
 
+def finding_sentence(row) -> str:
+    """A row of :func:`advise` in words: its finding, evidence and prediction with its basis."""
+    return (f"{row['finding']} ({row['evidence']}); predicted {row['predicted_speedup']:.2f}x, an "
+            f"{'upper bound' if row['basis'] == 'bound' else 'estimate'} assuming {row['assumptions']}.")
+
+
 def next_lever(report, **kwargs) -> str:
     """One sentence naming the lever of the top finding of :func:`advise` (same arguments), in words."""
     a = advise(report, **kwargs)
     if a.empty:
         return f"No lever worth a step: {a.attrs['note']}."
     top = a.iloc[0]
-    return (f"Next lever: {top['lever_text']} ({top['lever']}). {top['finding']} ({top['evidence']}); predicted "
-            f"{top['predicted_speedup']:.2f}x, an {'upper bound' if top['basis'] == 'bound' else 'estimate'} "
-            f"assuming {top['assumptions']}.")
+    return f"Next lever: {top['lever_text']} ({top['lever']}). {finding_sentence(top)}"

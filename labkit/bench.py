@@ -26,7 +26,7 @@ from labkit.bench_core import (HEADLINE, RESULT_FIELDS, BenchError, BenchWarning
                                spread, with_flag)
 from labkit.bench_core import _check_ledger, _repeat_record
 from labkit.bench_parallel import run_parallel
-from labkit.bench_truth import CEILING, check_ceiling, find_ceiling, measured_figures, provenance
+from labkit.bench_truth import CEILING, check_ceiling, ledger_ceiling, measured_figures, provenance
 from labkit.ledger import not_run
 
 __all__ = ["run", "sweep", "run_parallel", "Result", "BenchError", "BenchWarning", "read_results",
@@ -121,7 +121,7 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
     config = {**_config(config, cmd, warmup), **ranks}
     prov = provenance(cmd, mode)
     draft = {**dict(labels or {}), "provenance": prov, "flags": flags, "metrics": metrics}
-    ceiling = _ceiling(ledger, prov["mode"]) if (labels or {}).get("ceiling") != CEILING else None
+    ceiling = ledger_ceiling(ledger, prov["mode"]) if (labels or {}).get("ceiling") != CEILING else None
     checked = check_ceiling(draft, ceiling)
     metrics, flags = checked["metrics"], checked["flags"]
     _warn_flags(step, flags)
@@ -129,18 +129,6 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
                     metrics=metrics, profile=profile_path, flags=tuple(flags), labels=dict(labels or {}))
     _append(ledger, {**result.record(), "provenance": prov})
     return result
-
-
-def _ceiling(ledger, mode):
-    """The ledger's latest decode-ceiling row of this host and mode, or None."""
-    if ledger is None:
-        return None
-    import socket
-
-    from labkit.ledger import Ledger
-
-    rows = (ledger if isinstance(ledger, Ledger) else Ledger(ledger)).rows()
-    return find_ceiling(rows, host=socket.gethostname(), mode=mode)
 
 
 def sweep(command, param: str, values: Sequence, *, step: str, progress: bool = True,

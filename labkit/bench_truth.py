@@ -151,6 +151,19 @@ def find_ceiling(rows: Sequence[Mapping], *, host: str | None, mode: str | None)
     return found
 
 
+def ledger_ceiling(ledger, mode: str | None) -> Mapping | None:
+    """The latest decode-ceiling row of this host and ``mode`` in ``ledger`` (a
+    :class:`~labkit.ledger.Ledger` or a path; a missing file has none), or None."""
+    if ledger is None:
+        return None
+    import socket
+
+    from labkit.ledger import Ledger
+
+    rows = (ledger if isinstance(ledger, Ledger) else Ledger(ledger)).rows()
+    return find_ceiling(rows, host=socket.gethostname(), mode=mode)
+
+
 def check_ceiling(record: dict, ceiling: Mapping | None) -> dict:
     """``record`` (a ledger row) with ``decode_ceiling_fps`` and, when its interval lies wholly
     above the ceiling's, ``above_decode_ceiling``, status ``flagged`` and a flag."""

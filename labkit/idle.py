@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from labkit.window import restrict, span_of, windowed
+from labkit.window import restrict, windowed
 
 __all__ = ["busy_intervals", "gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown", "SYNC_CALLS", "SM_KINDS",
            "COPY_KINDS", "sync_calls", "copy_calls"]
@@ -114,8 +114,9 @@ def _covered(rep, window, within):
     else the range's first start to its last end (None: the functions' own default span)."""
     if within is None:
         return rep, window
-    span = span_of(rep, within=within)
-    return restrict(rep, within=within), (window or (int(span[0, 0]), int(span[-1, 1])))
+    cut = restrict(rep, within=within)
+    span = cut.meta["window"]  # the range's instances, merged
+    return cut, (window or (span[0][0], span[-1][1]))
 
 
 def gpu_utilization(rep, *, bin_ms: float = 10.0, device_id: int | None = None, window=None,
