@@ -18,7 +18,8 @@ It holds what every notebook needs and no lesson; each module has one job:
 - ``latency``: Little's law on the ledger, ``frames_held`` by the queues, a ``camera_clip``;
 - ``reference``: this machine's ledger and table, and the reference machine's;
 - ``display``: reports, comparisons and columns shown in the notebooks; ``text``: sentences
-  (``say``) and pandas display settings, applied on import (cells in full, no ``1e+07``);
+  (``say``), pandas display settings and labkit's warnings as cell lines, applied on import
+  (cells in full, no ``1e+07``, a flagged benchmark in markdown);
 - ``evidence`` (a lever's GPU evidence, and the committed H100 evidence where this machine lacks
   a GPU), ``interval`` (notebook 06: detected frames, the accuracy floor), ``summary``
   (notebook 07: table or note, figures, take-aways, quiz), ``optimize`` (the optimized step, the best
@@ -38,12 +39,13 @@ from labbook.runs import ensure, run_step, sweep
 from labbook.settings import (APP, DATA, LEDGER, MODE, MODES, PROFILES, REFERENCE, REPORTS, RESULTS, ROOT, SETTINGS,
                               STAGES, VIDEOS, Settings, gpu_available, settings)
 from labbook.steps import SCALE_OUT, Step, builds_on_map, catalogue, flags, recorded_options, scale_out
-from labbook.text import configure_pandas, say
+from labbook.text import configure_pandas, say, warnings_in_cells
 from labbook.video import ground_truth, sample_video, show_frame, video_info
 
 from labbook import evidence, interval, optimize, summary  # noqa: E402  (modules for 04-08)
 
 configure_pandas()  # the notebooks' tables: full text, integers as integers
+warnings_in_cells()  # a flagged benchmark is a line in its cell, not a stderr box
 
 __all__ = [
     "SCALE_OUT", "recorded_options", "scale_out",

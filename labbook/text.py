@@ -1,5 +1,6 @@
-"""How the lab shows text and tables in a notebook: computed sentences as markdown, and pandas
-display settings (full cell text, integers without scientific notation)."""
+"""How the lab shows text and tables in a notebook: computed sentences as markdown, pandas
+display settings (full cell text, integers without scientific notation), and labkit's own
+warnings as a line in the cell."""
 from __future__ import annotations
 
 import math
@@ -30,6 +31,31 @@ def configure_pandas() -> None:
 
     pd.set_option("display.max_colwidth", None)
     pd.set_option("display.float_format", number)
+
+
+def warnings_in_cells() -> None:
+    """In a kernel, labkit's and labbook's own warnings (a flagged benchmark, flagged rows left
+    out of a table, a report with no GPU activity) show as a markdown line in the cell that
+    raised them, where a learner reads them, instead of a stderr box quoting a source line
+    (which ipykernel often gets wrong). Other warnings keep Python's way; nothing outside a kernel."""
+    import warnings
+
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None or getattr(shell, "kernel", None) is None or hasattr(warnings.showwarning, "labbook"):
+        return
+    python_way = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if category.__module__.split(".")[0] not in ("labkit", "labbook"):
+            return python_way(message, category, filename, lineno, file, line)
+        from IPython.display import display
+
+        display(say(f"**{category.__name__}:** {message}"))
+
+    show.labbook = True
+    warnings.showwarning = show
 
 
 class Status:

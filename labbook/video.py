@@ -6,16 +6,24 @@ from pathlib import Path
 from labbook.settings import DATA, MODE, settings
 
 
+def sample_path(mode: str = MODE, *, folder: Path = DATA) -> Path:
+    """Where the sample clip of ``mode`` lies: named by what makes the clip (size, length, seed),
+    so a clip written for other settings (an older, shorter one) is never taken for it."""
+    s = settings(mode)
+    w, h = s.video_size
+    return Path(folder) / f"sample-{w}x{h}-{s.video_seconds:g}s-seed{s.seed}.mp4"
+
+
 def sample_video(mode: str = MODE, *, folder: Path = DATA) -> Path:
     """The lab's sample clip (written on first use with the scene generator, then reused).
 
-    Returns the ``.mp4``; its ground truth ``<stem>.gt.csv`` lies beside it.
+    Returns the ``.mp4`` (:func:`sample_path`); its ground truth ``<stem>.gt.csv`` lies beside it.
     """
     from source_code.scenes import SceneConfig, gt_path_for, make_video
 
     s = settings(mode)
     w, h = s.video_size
-    video = Path(folder) / ("sample.mp4" if mode == "full" else f"sample_{mode}.mp4")
+    video = sample_path(mode, folder=folder)
     if video.exists() and gt_path_for(video).exists():
         return video
     video.parent.mkdir(parents=True, exist_ok=True)

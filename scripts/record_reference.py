@@ -78,9 +78,9 @@ def _tar(path: Path, members: list[tuple[Path, str]]) -> int:
 
 def write_state(work: Path, out: Path, mode: str) -> list[str]:
     """``out/state.tgz`` of at most 16 MiB; returns the groups left out to fit."""
-    from labbook.settings import DATA
+    from labbook.video import sample_path
 
-    video = DATA / ("sample.mp4" if mode == "full" else f"sample_{mode}.mp4")
+    video = sample_path(mode)
     groups = [
         ("progress, ledger, results", [(work / "progress.json", "progress.json"),
                                        (work / "reports" / "ledger.jsonl", "reports/ledger.jsonl"),

@@ -315,7 +315,7 @@ def test_sample_video_is_made_once_with_ground_truth(tmp_path):
     video = lab.sample_video("small", folder=tmp_path)
     s = lab.settings("small")
     info = lab.video_info(video)
-    assert video.name == "sample_small.mp4" and (tmp_path / "sample_small.gt.csv").exists()
+    assert video.name == "sample-640x360-31s-seed11.mp4" and (tmp_path / "sample-640x360-31s-seed11.gt.csv").exists()
     assert (info["width"], info["height"]) == s.video_size
     assert info["frames"] == round(s.video_seconds * info["fps"])
     mtime = video.stat().st_mtime_ns
