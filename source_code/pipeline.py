@@ -200,9 +200,11 @@ def run_pipeline(cfg: Any, *, progress: Callable[[str], None] | None = None, ran
         for s in sources:
             s.close()
         if display is not None:
-            display.close()
+            short = display.close()
             if display.written and out_path is not None:
                 checks.record_output(out_path)
+            if short:
+                warnings.append(short)
         if hasattr(infer_fn, "close"):
             infer_fn.close()
     if rank is not None:
@@ -216,6 +218,8 @@ def _document(cfg: Any, sink: StatsSink, sources: list[VideoSource], status: str
     """The results document of a finished run (fields: ``labkit.annotate.RESULTS_FIELDS``)."""
     if sink.frames == 0:
         raise PipelineError(f"{cfg.inputs[0]} has no decodable frames (empty, damaged or truncated video)", EXIT_FAILED)
+    if display is not None and display.short:
+        status = "partial"  # the video asked for is short (Display.close): the run did not do all it was asked
     for s in sources:
         if s.truncated():
             status = "partial"

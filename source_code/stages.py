@@ -7,6 +7,7 @@ return it (decode happens in ``source_code.sources``). One runner composes them
 from __future__ import annotations
 
 import contextlib
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -333,6 +334,7 @@ class Display:
         self.class_names = class_names
         self.writer = None
         self.written = 0
+        self.short: str | None = None  # set by close(): the output holds fewer frames than were written
 
     def draw(self, frame: np.ndarray, tracks: np.ndarray) -> None:
         scale = max(0.4, frame.shape[0] / 1200)
@@ -367,7 +369,20 @@ class Display:
         return (f"cannot write the output video {self.output}: OpenCV could not open a writer for {w}x{h} frames "
                 "(its FFmpeg backend may lack the codec); try an .avi --output")
 
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.release()
-            self.writer = None
+    def close(self) -> str | None:
+        """Release the writer; the line saying the output holds fewer frames than were written (OpenCV's
+        writer reports no write error: a disk that fills after the output was opened leaves a short or
+        unreadable video behind), or None."""
+        if self.writer is None:
+            return None
+        self.writer.release()
+        self.writer = None
+        cap = cv2.VideoCapture(str(self.output))
+        kept = int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) if cap.isOpened() else 0
+        cap.release()
+        if kept >= self.written:
+            return None
+        free = shutil.disk_usage(self.output.parent).free / 2**20
+        self.short = (f"the output video {self.output} holds {kept} of the {self.written} frames written "
+                      f"({free:.0f} MiB free on its disk: did it fill?); free space and run again")
+        return self.short

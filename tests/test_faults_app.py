@@ -72,9 +72,16 @@ def test_a_disk_that_filled_while_writing_the_video_does_not_block_later_runs(tm
 
     filler = threading.Thread(target=fill_once_writing)
     filler.start()
-    main(args)  # OpenCV's writer ignores a full disk: the run may end ok, with a short video
+    results = tmp_path / "r.json"
+    main([*args, "--results", str(results)])  # OpenCV's writer reports no write error on a full disk
     filler.join()
-    capsys.readouterr()
+    err = capsys.readouterr().err
+    import json
+
+    doc = json.loads(results.read_text())  # the short video is said, and the row is not "ok"
+    short = [w for w in doc["warnings"] if w.startswith(f"the output video {out} holds")]
+    assert doc["status"] == "partial" and len(short) == 1 and "free space and run again" in short[0], doc["warnings"]
+    assert short[0] in err
     os.unlink(disk / "filler")  # space freed: the next run replaces its own partial video
     assert main(args) == 0, capsys.readouterr().err
 
