@@ -166,15 +166,15 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
     base = outdir / name
     rep, db, log = base.with_suffix(".nsys-rep"), base.with_suffix(".sqlite"), base.with_suffix(".log")
     exe = _nsys_or_raise(nsys)
+    run_env = {**os.environ, **(env or {})}
+    tmp = run_env.get("TMPDIR") or tempfile.gettempdir()  # nsys's; Python's skips a full one for /tmp
     check_writable(outdir, need_bytes=PROFILE_SPACE, what="write the report into")
-    check_writable(tempfile.gettempdir(), need_bytes=PROFILE_SPACE // 2, what="write nsys's temporary .qdstrm into")
+    check_writable(tmp, need_bytes=PROFILE_SPACE // 2, what="write nsys's temporary .qdstrm into")
     # the name is reserved for this run (see _reserve), so nsys may replace the placeholder
     # nsys 2022.4 starts its program with umask 0000 (every file it makes world-writable): restore 022
     argv = profile_command(["/bin/sh", "-c", 'umask 022 && exec "$@"', argv_cmd[0], *argv_cmd], output=base, trace=trace, capture_range=capture_range,
                            nsys_args=nsys_args, overwrite=True, nsys=exe,
                            graph_nodes=supports_option(exe, "--cuda-graph-trace"))
-    run_env = dict(os.environ)
-    run_env.update(env or {})
     if capture_range and capture_range != "cudaProfilerApi":
         run_env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")
     t0 = time.monotonic()
@@ -218,7 +218,7 @@ def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profil
                 f"capture range {capture_range!r} never started, so nsys wrote no report: check that the "
                 f"program opens that NVTX range (or calls cudaProfilerStart) and that -t includes nvtx/cuda; "
                 f"program output: {log}")
-        check_writable(tempfile.gettempdir(), need_bytes=PROFILE_SPACE // 2,  # a full TMPDIR stops nsys's import
+        check_writable(tmp, need_bytes=PROFILE_SPACE // 2,  # a full TMPDIR stops nsys's import
                        what="write nsys's temporary .qdstrm into (set TMPDIR to a folder with room)")
         qd = base.with_suffix(".qdstrm")
         hint = (" (only a .qdstrm was left: nsys's importer is missing; run scripts/install-nsys to fix it)"

@@ -1,7 +1,7 @@
 """Issue 25's faults around nsys, tried for real: a report replaced by an older-mtime copy,
 another program's .sqlite beside a report, nsys's umask 0000, a program killed by SIGKILL, a
 Python process killed mid-profile, a read-only folder as a real non-root user, broken and killed
-exports, a full temporary disk during nsys's import. Real nsys, real processes, real tmpfs."""
+exports, a full temporary disk during nsys's import, a full TMPDIR. Real nsys, real processes, real tmpfs."""
 from __future__ import annotations
 
 import os
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from faultkit import open_tmp, run_as, user  # noqa: F401 (fixtures)
+from faultkit import fill, mount, open_tmp, run_as, user  # noqa: F401 (fixtures)
 
 from labkit import nsys
+from labkit.errors import OutputError
 
 pytestmark = pytest.mark.nsys
 
@@ -222,3 +223,16 @@ def test_an_export_of_the_old_schema_counts_as_complete(tmp_path):
     con.commit()
     con.close()
     assert not nsys.export_is_complete(failed)
+
+
+def test_a_full_tmpdir_is_named_before_nsys_starts(tmp_path, mount, monkeypatch):
+    """nsys with a full TMPDIR dies at once with "Failed to probe the process (sync)"; Python's own
+    temporary folder had quietly fallen back to /tmp, so labkit checked the wrong disk. Real tmpfs."""
+    disk = mount("2m")
+    fill(disk)
+    monkeypatch.setenv("TMPDIR", str(disk))
+    with pytest.raises(OutputError) as err:
+        _record(tmp_path / "run", "t")
+    line = str(err.value)
+    assert "\n" not in line and str(disk) in line and "TMPDIR" in line, line
+    assert not list((tmp_path / "run").glob("t.*")), "nothing written for a run that never started"
