@@ -9,7 +9,8 @@ It holds what every notebook needs and no lesson; each module has one job:
 - ``outcome``: ``Outcome``, the one result of a step (ok / skipped / failed);
 - ``plan``: one step resolved once (flags, builds_on, kind, settings, prediction, guess);
 - ``levers``: labkit's lever ids mapped to the application's flags (the one home);
-- ``runs``: ``run_step`` and ``sweep`` (over ``labkit.bench``), ledger rows with a status;
+- ``runs``: ``run_step``, ``sweep`` and 08's ``run_scaled`` (over ``labkit.bench``), ledger rows
+  with a status;
   ``ensure`` runs what a notebook builds on when the ledger lacks it;
 - ``predict``: predict, then measure: ``advice`` before a step, the ``prediction`` its row
   carries, ``verdict`` after it, ``next_lever`` from its own profile;
@@ -35,10 +36,11 @@ from labbook.outcome import Outcome
 from labbook.predict import advice, next_lever, prediction, verdict
 from labbook.reference import (both_machines, fastest, ledger, reference_configurations, reference_rows,
                                reference_table, speedup)
-from labbook.runs import ensure, run_step, sweep
+from labbook.runs import ensure, run_scaled, run_step, sweep
 from labbook.settings import (APP, DATA, LEDGER, MODE, MODES, PROFILES, REFERENCE, REPORTS, RESULTS, ROOT, SETTINGS,
                               STAGES, VIDEOS, Settings, gpu_available, settings)
-from labbook.steps import SCALE_OUT, Step, builds_on_map, catalogue, flags, recorded_options, scale_out
+from labbook.steps import (SCALE_OUT, Step, builds_on_map, catalogue, flags, recorded_options, scale_out,
+                           scale_out_candidates)
 from labbook.text import configure_pandas, say, warnings_in_cells
 from labbook.video import ground_truth, sample_video, show_frame, video_info
 
@@ -48,7 +50,7 @@ configure_pandas()  # the notebooks' tables: full text, integers as integers
 warnings_in_cells()  # a flagged benchmark is a line in its cell, not a stderr box
 
 __all__ = [
-    "SCALE_OUT", "recorded_options", "scale_out",
+    "SCALE_OUT", "recorded_options", "scale_out", "scale_out_candidates", "run_scaled",
     "APP", "DATA", "LEDGER", "MODE", "MODES", "PROFILES", "REFERENCE", "REPORTS", "RESULTS", "ROOT", "SETTINGS",
     "STAGES", "VIDEOS", "Settings", "gpu_available", "settings", "sample_video", "video_info", "ground_truth",
     "show_frame", "Step", "catalogue", "flags", "builds_on_map", "app_options", "app_argv", "app_command",

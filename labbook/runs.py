@@ -15,8 +15,8 @@ from labbook.outcome import Outcome
 from labbook.plan import Plan, resolve
 from labbook.text import Status
 from labbook.settings import LEDGER, MODE, PROFILES, RESULTS, settings, strict
+from labbook.steps import Step, step_of
 from labbook.steps import flags as step_flags
-from labbook.steps import step_of
 
 
 def run_step(name: str, *, profile: bool = True, mode: str = MODE, kind: str | None = None,
@@ -73,6 +73,34 @@ def run_plan(plan: Plan, *, profile: bool = True, env: Mapping[str, str] | None 
         return Outcome(plan.name, "failed", why, **done)
     line.update(f"`{plan.name}`: done in {time.monotonic() - t0:.0f} s.")
     return Outcome(plan.name, "ok", result=result, **done)
+
+
+def run_scaled(step: Step, *, mode: str = MODE) -> Outcome:
+    """Run one of notebook 08's steps (``labbook.steps.scale_out``): ``processes<n>``, n copies side
+    by side (``labkit.bench.run_parallel``), or ``ranks<n>`` under its launcher (``labkit.bench.run``
+    with the step's ``launch``). No profile: 08 profiles the ranks itself. A step this machine cannot
+    run is a skipped row, a run that fails a failed row (the application's or torchrun's error
+    line; raised under ``LABKIT_STRICT``), and the lab goes on either way."""
+    flags, led, labels = dict(step.flags), Ledger(LEDGER), step.labels()
+    done = dict(kind=step.kind, builds_on=step.builds_on)
+    why = unavailable(**flags)
+    if why:
+        led.append(not_run(step.name, status="skipped", reason=why, config=flags, labels=labels))
+        return Outcome(step.name, "skipped", why, **done)
+    common = dict(step=step.name, warmup=None, config=flags, labels=labels, ledger=led, results_dir=RESULTS,
+                  progress=False, mode=mode)
+    try:
+        if "processes" in step.launch:
+            result = bench.run_parallel(app_argv(flags), processes=step.launch["processes"], **common)
+        else:
+            result = bench.run(app_argv(flags), repeats=settings(mode).repeats, **common, **step.launch)
+    except LabkitError as e:
+        if strict():
+            raise
+        why = failure_line(e)
+        led.append(not_run(step.name, status="failed", reason=why, config=flags, labels=labels))
+        return Outcome(step.name, "failed", why, **done)
+    return Outcome(step.name, "ok", result=result, **done)
 
 
 CEILING_STEP = "decode_ceiling"

@@ -117,6 +117,13 @@ SCALE_OUT = 2
 """Processes, and ranks, of notebook 08's steps (two: this lab's CPU machine has two cores)."""
 
 
+def scale_out_candidates(mode: str = MODE) -> list[str]:
+    """The steps notebook 08 may build on (the fastest of them within the accuracy floor):
+    ``optimized``, ``batch<N>`` and the single-process alternatives, INT8 left out."""
+    return ["optimized", f"batch{settings(mode).batch}", "channels_last", "compile", "ort_fp32", "gpu_preprocess",
+            "fp16", "fp16_cuda_graphs", "tensorrt_fp16"]
+
+
 def scale_out(start: str, options: Mapping, n: int = SCALE_OUT) -> dict[str, Step]:
     """Notebook 08's steps on top of ``start``, the lab's best single-process step run with
     ``options`` (its recorded options, every one): ``processes<n>``, n copies of it side by side

@@ -10,8 +10,10 @@
 the tree is dirty), which travels with the state folder to a machine that has no ``.git``.
 
 ``run`` (on the machine that records): restores its state from ``STATE_DIR/state.tgz`` and
-``STATE_DIR/keep.tgz`` when its work folder is new, then runs the plan's steps one by one with
-``labbook.runs.run_step`` (the catalogue's flags, ``labbook.steps``) until the next step's
+``STATE_DIR/keep.tgz`` when its work folder is new, then runs the plan's steps one by one: the
+catalogue's (``labbook.runs.run_step`` with their flags, ``labbook.steps``), then notebook 06's
+and 08's, which build on what ran before and are resolved when their turn comes (:func:`late_steps`:
+the interval sweep on ``batch<N>``, ``optimized``, ``processes<n>``, ``ranks<n>``), until the next step's
 estimated time (the longest step so far) no longer fits ``--budget`` seconds. Each call runs
 at least one pending step. A step that fails or is skipped is a ledger row, and the driver goes on; a step
 started in two calls that never finished is a failed row. Before each step and at the end it
@@ -189,6 +191,37 @@ def write_reference(work: Path, out: Path, *, machine: str, provenance: dict) ->
     return note
 
 
+def late_steps(mode: str) -> list[str]:
+    """Notebook 06's and 08's steps, in the notebooks' order: each builds on ledger rows written
+    before it (the interval sweep on ``batch<N>``, ``optimized`` on the knee, the scale-out steps on
+    the fastest step within the floor), so :func:`run_late` resolves it only when its turn comes."""
+    from labbook.settings import settings
+    from labbook.steps import SCALE_OUT
+
+    s = settings(mode)
+    return [*(f"interval{k}" for k in sorted({*s.intervals, s.interval})), "optimized",
+            f"processes{SCALE_OUT}", f"ranks{SCALE_OUT}"]
+
+
+def run_late(name: str, mode: str):
+    """Run one of :func:`late_steps` as its notebook does; returns its ``labbook.Outcome``."""
+    from labbook import interval, optimize
+    from labbook.reference import fastest
+    from labbook.runs import run_scaled, run_step
+    from labbook.settings import settings
+    from labbook.steps import flags, recorded_options, scale_out, scale_out_candidates
+
+    if name.startswith("interval"):  # 06: the sweep, profiled at the mode's interval
+        k, on = int(name.removeprefix("interval")), interval.base(mode)
+        return run_step(name, builds_on=on, kind="sweep", profile=k == settings(mode).interval, mode=mode,
+                        **{**flags(on, mode), "interval": k})
+    if name == optimize.NAME:  # 06: the levers that paid, at the knee's interval
+        best = optimize.step(mode)
+        return run_step(best.name, kind=best.kind, builds_on=best.builds_on, mode=mode, **best.flags)
+    start = fastest(scale_out_candidates(mode), accuracy_floor=interval.floor(mode))  # 08
+    return run_scaled(scale_out(start, recorded_options(start))[name], mode=mode)
+
+
 def run(args) -> int:
     work, out, state_dir = args.work.resolve(), args.out.resolve(), args.state_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -204,11 +237,12 @@ def run(args) -> int:
     from labbook.settings import LEDGER
     from labbook.steps import catalogue
 
-    steps = catalogue(args.mode)
-    plan = args.steps.split(",") if args.steps else list(steps)
-    unknown = [s for s in plan if s not in steps]
+    steps, late = catalogue(args.mode), late_steps(args.mode)
+    plan = args.steps.split(",") if args.steps else [*steps, *late]
+    unknown = [s for s in plan if s not in steps and s not in late]
     if unknown:
-        print(f"record_reference: unknown step(s) {', '.join(unknown)}: choose from {', '.join(steps)}", file=sys.stderr)
+        print(f"record_reference: unknown step(s) {', '.join(unknown)}: choose from {', '.join([*steps, *late])}",
+              file=sys.stderr)
         return 2
     progress_file = work / "progress.json"
     progress = json.loads(progress_file.read_text()) if progress_file.exists() else \
@@ -232,9 +266,10 @@ def run(args) -> int:
         if name in progress["done"]:
             continue
         tries = progress["attempts"].get(name, 0)
+        labels = steps[name].labels() if name in steps else {}
         if tries >= MAX_ATTEMPTS:
             Ledger(LEDGER).append(not_run(name, status="failed", reason=f"started in {tries} calls and never finished "
-                                          "within a call's time: give it a call of its own", labels=steps[name].labels()))
+                                          "within a call's time: give it a call of its own", labels=labels))
             progress["done"].append(name)
             _log(out, f"{name}: failed (never finished in {tries} calls)")
             continue
@@ -248,11 +283,12 @@ def run(args) -> int:
         save()
         s0 = time.monotonic()
         try:
-            outcome = run_step(name, mode=args.mode, profile=steps[name].kind != "sweep", **dict(steps[name].flags))
+            outcome = (run_step(name, mode=args.mode, profile=steps[name].kind != "sweep", **dict(steps[name].flags))
+                       if name in steps else run_late(name, args.mode))
             status, why = outcome.status, outcome.reason or ""
         except Exception as exc:  # noqa: BLE001 - never stop on a failed step: it becomes a ledger row
             why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            Ledger(LEDGER).append(not_run(name, status="failed", reason=why, labels=steps[name].labels()))
+            Ledger(LEDGER).append(not_run(name, status="failed", reason=why, labels=labels))
             status = "failed"
         progress["seconds"][name] = round(time.monotonic() - s0, 1)
         progress["done"].append(name)
@@ -310,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", type=Path, default=os.environ.get("OUT"), help="where state and reference go (default $OUT)")
     r.add_argument("--mode", default="record", choices=["small", "full", "record"])
     r.add_argument("--machine", default="h100", help="the reference folder's name")
-    r.add_argument("--steps", default="", help="comma-separated catalogue steps (default: all, in order)")
+    r.add_argument("--steps", default="", help="comma-separated steps: the catalogue's, then 06's and 08's "
+                   "(default: all, in that order)")
     r.add_argument("--work", type=Path, default=ROOT / ".record" / "work", help="reports, caches, progress")
     f = sub.add_parser("fetch", parents=[state], help="take a call's returned files (here)")
     f.add_argument("folder")

@@ -41,32 +41,25 @@ def test_recorded_options_are_the_latest_ok_row(tmp_path, monkeypatch):
     assert recorded_options("batch4") == {"batch_size": 4}
 
 
-def test_notebook_08_records_ranks_that_cannot_run_and_goes_on(tmp_path):
-    """08's ranks cell, run as written, on ranks that really fail here (their input is missing):
-    no exception, a failed ledger row with a reason (bench.error_line's: for torchrun, its last line)."""
+def test_notebook_08_records_steps_that_cannot_run_and_goes_on(tmp_path, monkeypatch):
+    """08's processes and ranks (``lab.run_scaled``, as its cells call it) on runs that really fail
+    here (their input is missing): no exception, a failed ledger row each with a reason
+    (bench.error_line's: for torchrun, its last line), and the outcome says so."""
     import json
-    import types
     from pathlib import Path
 
-    import labbook
-    from labkit import bench
-
+    runs = importlib.import_module("labbook.runs")
+    monkeypatch.setattr(runs, "LEDGER", tmp_path / "ledger.jsonl")
+    monkeypatch.setattr(runs, "RESULTS", tmp_path / "results")
+    monkeypatch.delenv("LABKIT_STRICT", raising=False)
     nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "08_Scaling_Out.ipynb").read_text())
-    cell = next("".join(c["source"]) for c in nb["cells"]
-                if c["cell_type"] == "code" and "ranked, why = None" in "".join(c["source"]))
-
-    class Lab(types.ModuleType):  # labbook, with this test's ledger and results folder
-        def __getattr__(self, name):
-            return getattr(labbook, name)
-
-    lab = Lab("lab")
-    lab.LEDGER, lab.RESULTS = tmp_path / "ledger.jsonl", tmp_path / "results"
-    lab.say = lambda text: None
+    code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "lab.run_scaled(PROCS)" in code and "lab.run_scaled(RANKS)" in code
     steps = scale_out("baseline", {"inputs": [str(tmp_path / "missing.mp4")], "frames": 4, "device": "cpu",
                                    "osd": False}, n=2)
-    ns = {"lab": lab, "bench": bench, "STEPS": steps, "S": types.SimpleNamespace(repeats=1)}
-    exec(compile(cell, "08_ranks_cell", "exec"), ns)
-    assert ns["ranked"] is None
+    outs = [runs.run_scaled(steps[name], mode="small") for name in ("processes2", "ranks2")]
+    assert [(o.step, o.status, o.result) for o in outs] == [("processes2", "failed", None), ("ranks2", "failed", None)]
+    assert all(o.reason and "\n" not in o.reason for o in outs), [o.reason for o in outs]
     rows = Ledger(tmp_path / "ledger.jsonl").rows()
-    assert [(r["step"], r["status"]) for r in rows][-1] == ("ranks2", "failed")
-    assert rows[-1]["reason"] and rows[-1]["config"]["streams"] == 2
+    assert [(r["step"], r["status"]) for r in rows] == [("processes2", "failed"), ("ranks2", "failed")]
+    assert rows[-1]["reason"] and rows[-1]["config"]["streams"] == 2 and rows[-1]["builds_on"] == "baseline"

@@ -93,3 +93,27 @@ def test_unknown_step_and_missing_out_are_one_line(tmp_path):
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "unknown step(s) nope" in res.stderr
     res = driver("fetch", tmp_path / "empty", "--state-dir", tmp_path / "s")
     assert res.returncode == 1 and "no state.tgz" in res.stderr
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_the_plan_goes_on_to_06_and_08_resolving_each_step_when_its_turn_comes(tmp_path):
+    """The steps that build on earlier rows (06's interval sweep and ``optimized``, 08's processes
+    and ranks) are recorded too, each as its notebook runs it, in one call here (the knee needs three
+    points: K=1, 2 and 16)."""
+    assert driver("prepare", "--state-dir", tmp_path / "state").returncode == 0
+    res = driver("run", "--budget", 600, "--out", tmp_path / "out", "--work", tmp_path / "work", "--mode", "small",
+                 "--machine", "cpu-rehearsal", "--steps", "batch4,interval2,interval16,optimized,processes2,ranks2",
+                 "--state-dir", tmp_path / "state")
+    assert res.returncode == 0, res.stderr
+    log = (tmp_path / "out" / "record.log").read_text()
+    assert log.rstrip().endswith("complete: every step has a ledger row"), log
+    rows = {r["step"]: r for r in _ledger(tmp_path / "out", tmp_path / "ref", "cpu-rehearsal")}
+    assert all(rows[s].get("status", "ok") == "ok" for s in ("batch4", "interval16", "optimized", "processes2",
+                                                              "ranks2")), {s: r.get("reason") for s, r in rows.items()}
+    assert (rows["interval16"]["kind"], rows["interval16"]["builds_on"]) == ("sweep", "batch4")
+    assert rows["interval16"]["config"]["interval"] == 16 and rows["optimized"]["kind"] == "cumulative"
+    assert rows["optimized"]["builds_on"] in ("batch4", "interval2", "interval16")  # the knee's row
+    start = rows["processes2"]["builds_on"]
+    assert start in ("optimized", "batch4") and rows["ranks2"]["builds_on"] == start
+    assert rows["ranks2"]["config"]["ranks"] == 2
