@@ -34,6 +34,17 @@ def _figure(nrows=1, ncols=1, height=4.0, **kw):
     return fig, axes
 
 
+def _plain_log_x(ax) -> None:
+    """A logarithmic x axis labelled in plain numbers (10, 20, 50, 100): matplotlib's default
+    labels are mathtext (10^2), whose font lookup logs a "findfont" warning per font into the
+    notebook wherever a stale font cache lacks matplotlib's own fonts."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
+
+
 def speedup_bars(table: SpeedupTable, *, title: str | None = None):
     """Grouped bars: speed-up over the baseline for each step, one colour per machine.
 
@@ -87,7 +98,7 @@ def fps_vs_accuracy(frame: pd.DataFrame, accuracy: str = "map50", *, metric: str
                         textcoords="offset points")
     positive = df[metric][df[metric] > 0]
     if len(positive) and positive.max() / positive.min() > 20:  # CPU and GPU rows on one axis
-        ax.set_xscale("log")
+        _plain_log_x(ax)
     ax.set_xlabel("frames/s" if metric == "fps" else metric)
     ax.set_ylabel(accuracy)
     ax.set_title(title or f"{'Throughput' if metric == 'fps' else metric} vs {accuracy}")

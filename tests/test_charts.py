@@ -56,6 +56,10 @@ def test_fps_vs_accuracy(ledger_frame, tmp_path):
         ax = fig.axes[0]
         assert ax.get_ylabel() == acc and ax.get_xlabel() == "frames/s"
         assert sorted(t.get_text() for t in ax.texts) == sorted([s[0] for s in STEPS] * 2)
+        # H100 and CPU rows: a log axis, labelled in plain numbers (no mathtext, whose font lookup
+        # printed "findfont" warnings into 07 on a machine with a stale matplotlib font cache)
+        labels = [t.get_text() for t in ax.get_xticklabels() + ax.get_xticklabels(minor=True) if t.get_text()]
+        assert ax.get_xscale() == "log" and labels and not [x for x in labels if "$" in x], labels
     with pytest.raises(ValueError, match="no 'hota' column"):
         charts.fps_vs_accuracy(ledger_frame, accuracy="hota")
 

@@ -30,18 +30,41 @@ def _section(heading: str) -> str:
     return text[:text.index("\n## ")]
 
 
+CPU_R3 = ROOT / "reports/reference/cpu-2core-r3/ledger.reference.jsonl"
+
+
+def _prose(section: str) -> str:
+    """A README section without its tables (their figures are checked against their ledger)."""
+    return "\n".join(line for line in section.splitlines() if not line.startswith("|"))
+
+
 def test_cpu_section_quotes_no_withdrawn_figure():
     """Round 1's CPU ledger predates round 3's definitions (timed window, all-frame mAP, spreads):
-    the README quotes none of its figures; a CPU table, once re-recorded, must be a ledger with
-    intervals (``fps_ci_low``) and provenance."""
-    section = _section("## Results on the 2-core CPU machine")
+    the README's prose quotes none of its figures (a number on its own, not a digit run inside
+    another); the table there is round 3's, checked below."""
+    import re
+
+    prose = _prose(_section("## Results on the 2-core CPU machine"))
     table = labkit.speedup_table(ROOT / "reports/reference/cpu-2core/ledger.reference.jsonl")
     machine = table.speedup.columns[0]
     for step in table.frame.index:
-        assert f"{table.values.loc[step, machine]:.1f}" not in section, step
-    if "\n|" in section:  # a new table: from a round-3 ledger
-        rows = [json.loads(x) for x in (ROOT / "reports/reference/cpu-2core/ledger.reference.jsonl").read_text().splitlines() if x]
-        assert all("fps_ci_low" in r.get("metrics", {}) and "provenance" in r for r in rows if r.get("status") == "ok")
+        figure = f"{table.values.loc[step, machine]:.1f}"
+        assert not re.search(rf"(?<![\d.]){re.escape(figure)}(?![\d])", prose), (step, figure)
+
+
+def test_cpu_table_is_the_round_3_full_mode_ledger():
+    """The README's CPU table is the one labkit draws from the full-mode ledger recorded with round
+    3's definitions, cell for cell; every measured row of that ledger has an interval and the
+    provenance of one clean commit in full mode."""
+    rows = [json.loads(x) for x in CPU_R3.read_text().splitlines() if x]
+    measured = [r for r in rows if r.get("status") == "ok"]
+    assert measured and all("fps_ci_low" in r["metrics"] for r in measured)
+    provenance = {(r["provenance"]["commit"], r["provenance"]["dirty"], r["provenance"]["mode"]) for r in measured}
+    assert len(provenance) == 1 and provenance.pop()[1:] == (False, "full"), provenance
+    drawn = [line for line in labkit.speedup_table(CPU_R3).to_markdown().splitlines() if line.startswith("|")]
+    section = _section("## Results on the 2-core CPU machine").splitlines()
+    at = section.index(drawn[0])
+    assert section[at:at + len(drawn)] == drawn
 
 
 def test_h100_table_is_the_h100_configuration_ledger():
