@@ -109,6 +109,17 @@ def profile_model(model: str | Path, inputs, *, runs: int = 5, prefix: str | Pat
     return Path(sess.end_profiling())
 
 
+def takes(model: str | Path, inputs) -> bool:
+    """Whether the ONNX model ``model`` accepts an array shaped like ``inputs`` as its first input
+    (a dynamic dimension takes any size). A model cache holds one file per input size: pick by
+    this, not by the newest file."""
+    import onnx
+
+    dims = onnx.load(str(model), load_external_data=False).graph.input[0].type.tensor_type.shape.dim
+    return len(dims) == inputs.ndim and all(not d.HasField("dim_value") or d.dim_value == n
+                                            for d, n in zip(dims, inputs.shape))
+
+
 def class_shares(path: str | Path) -> pd.Series:
     """Share of kernel time in quantized ops, in Q/DQ conversions and in float ops (sums to 1)."""
     ops = op_profile(path)

@@ -147,3 +147,22 @@ def test_unknown_target_is_one_line(fp32_path, tmp_path):
     with pytest.raises(ValueError, match="choose one of cpu, tensorrt"):
         quantize_qdq(fp32_path, tmp_path / "x.onnx", calibration=dataclasses.replace(SMALL, target="gpu"),
                        input_hw=INPUT_HW)
+
+
+def test_a_model_is_picked_by_the_input_size_it_takes(fp32_path, int8_path, cache):
+    """The cache holds one model per input size (small mode's 192x320, full mode's 384x640); 05
+    took the newest INT8 model, a full-mode one after a full lab, and ONNX Runtime refused small
+    mode's batch. ``ort_profile.takes`` reads the model's own input dimensions."""
+    if DEFAULT_WEIGHTS.is_file():
+        model = load_detector()
+    else:
+        torch.manual_seed(0)
+        model = build_detector().eval()
+    small = B.ensure_onnx(model, cache_dir=cache, input_hw=(192, 320))
+    h, w = INPUT_HW
+    assert small != fp32_path
+    for path in (fp32_path, int8_path):
+        assert ort_profile.takes(path, np.zeros((4, 3, h, w), np.float32))  # any batch: it is dynamic
+        assert not ort_profile.takes(path, np.zeros((4, 3, 192, 320), np.float32))
+    assert ort_profile.takes(small, np.zeros((2, 3, 192, 320), np.float32))
+    assert not ort_profile.takes(small, np.zeros((2, 3, h, w), np.float32))
