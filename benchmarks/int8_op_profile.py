@@ -6,7 +6,7 @@ Builds (or reuses) the FP32 ONNX model and the application's INT8 QDQ model (its
 calibration), then for each:
 - times ``session.run`` on one batch of frames of a generated scene (median of ``--repeats``
   after one warm-up run, with the interquartile range), with ONNX Runtime's profiling on;
-- reads ONNX Runtime's op profile (``labkit.ort_profile``): share of kernel time in quantized
+- reads ONNX Runtime's op profile (``labkit.report.ort_profile``): share of kernel time in quantized
   ops, in QuantizeLinear/DequantizeLinear and in float ops;
 - scores mAP@0.5 of the trained detector on every 3rd frame of a held-out 3 s scene
   (``--eval-seed``), with ``source_code.metrics.map50``.
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnx
 
-    from labkit.ort_profile import class_shares, op_profile
+    from labkit.report.ort_profile import class_shares, op_profile
     from source_code import backends as B
     from source_code.detector import INPUT_HW, load_detector
 

@@ -40,8 +40,8 @@ SOURCE = ROOT / "tests" / "fixtures" / "pipeline.nsys2022.4.sqlite"
 
 def measure(folder: Path, count: int, processes: int | None, frames: tuple[str, ...]) -> dict:
     """Load ``count`` copies from ``folder`` in this process; wall time, peak RSS and a check."""
-    import labkit.analysis  # noqa: F401  imported before timing: the figures are loading, not imports
-    from labkit.ranks import load_reports
+    import labkit.stats.stages  # noqa: F401  imported before timing: the figures are loading, not imports
+    from labkit.ranks.reports import load_reports
 
     paths = [folder / f"rep_{r}.sqlite" for r in range(count)]
     t0 = time.perf_counter()

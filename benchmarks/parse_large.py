@@ -147,7 +147,7 @@ def agreement(rep, csvs: dict) -> str:
 def time_labkit(path: Path, projection: bool = True) -> dict:
     """Wall and CPU seconds of each step (CPU time is the fairer figure on a shared, busy box).
     The modules are imported first: the timings are of reading and summarizing, not of importing pandas."""
-    import labkit.analysis  # noqa: F401  (imports pandas, numpy and every labkit module used below)
+    import labkit.stats.stages  # noqa: F401  (imports pandas, numpy and every labkit module used below)
 
     t, cpu = {}, {}
     w0, c0 = time.perf_counter(), time.process_time()

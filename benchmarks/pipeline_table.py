@@ -35,7 +35,7 @@ import pandas as pd
 from labkit import bench
 from labkit.env import cache_dir
 from labkit.errors import LabkitError
-from labkit.ledger import Ledger, machine_label
+from labkit.bench.ledger import Ledger, machine_label
 from source_code.options import to_argv
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from labkit import bench
-from labkit.ledger import Ledger, machine_label
+from labkit.bench.ledger import Ledger, machine_label
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "source_code" / "detect_video.py"
@@ -72,7 +72,7 @@ def _intervals(r) -> None:
     """The 95 % interval of fps the ledger row carries, and each run's own (over its batches), as
     +-% of the median: the figure a mode's frames and repeats must keep within +-15 %."""
     from labkit import annotate
-    from labkit.bench_truth import bootstrap_ci
+    from labkit.bench.truth import bootstrap_ci
 
     fps = r.metrics["fps"]
     ci = bootstrap_ci(list(r.repeats["fps"]))

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from labkit import bench
-from labkit.ledger import Ledger, machine_label
+from labkit.bench.ledger import Ledger, machine_label
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "source_code" / "detect_video.py"

@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from labkit.perfetto import to_perfetto
-from labkit.report import CUDA_API_COLUMNS, Report
-from labkit.timeline import plot_timeline
+from labkit.show.perfetto import to_perfetto
+from labkit.report.reader import CUDA_API_COLUMNS
+from labkit.report.load import Report
+from labkit.show.timeline import plot_timeline
 
 STAGES = ("decode", "preprocess", "infer", "postprocess", "track", "display")
 
@@ -57,7 +58,7 @@ _IDLE = "return !!(window.Bokeh && Bokeh.documents.length && Bokeh.documents[0].
 def first_render(reports: dict, driver) -> None:
     """Print, per report, the interactive timeline's first render: Python (figure and HTML) and
     the browser (load to idle)."""
-    from labkit.timeline_interactive import interactive_timeline
+    from labkit.show.interactive import interactive_timeline
 
     with tempfile.TemporaryDirectory() as tmp:
         for n, rep in reports.items():
@@ -109,7 +110,7 @@ def main() -> None:
         for rep in reports.values():
             rep.gpu_ops()
         warm = synthetic(100, args.threads)  # BokehJS parsed once, imports done: not timed
-        from labkit.timeline_interactive import interactive_timeline
+        from labkit.show.interactive import interactive_timeline
 
         with tempfile.TemporaryDirectory() as tmp:
             interactive_timeline(warm).save(Path(tmp) / "warm.html")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 import labkit
-from labkit import nsys
+from labkit.record import tool as nsys
 from labkit.env import find_nsys, nsys_version, nsys_version_tuple
 
 REPORT_NAMES = {

@@ -10,7 +10,7 @@ import math
 import warnings
 
 import labkit
-from labkit.tables import compare as compare_rows
+from labkit.bench.tables import compare as compare_rows
 
 from labbook.app import device_kind, device_of
 from labbook.outcome import Outcome
@@ -33,7 +33,7 @@ def _row_of(x) -> dict:
 
 def compare(new, old):
     """One sentence: throughput of ``new`` against ``old`` (each an Outcome or a step name),
-    ``labkit.tables.compare``."""
+    ``labkit.bench.tables.compare``."""
     return say(compare_rows(_row_of(new), _row_of(old)))
 
 

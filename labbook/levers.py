@@ -1,6 +1,6 @@
 """The one home where labkit's general levers meet the application's flags.
 
-``labkit.advise`` names a lever by a general id (``labkit.advice.LEVERS``: ``batch``,
+``labkit.advise`` names a lever by a general id (``labkit.judge.advice.LEVERS``: ``batch``,
 ``overlap_stages``, ``reduce_precision``...) and never a flag of ``detect_video.py``. This module
 says which of the application's options pull each lever, so that a step's change (its options
 over the step it builds on) is matched to the findings that name its lever, and a finding can be

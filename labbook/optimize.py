@@ -3,7 +3,7 @@ the levers that paid on this machine (notebook 06 runs it; 07 and 08 build on it
 
 A lever *paid* when its catalogue step measured faster than the step it builds on beyond the
 noise: the low end of the speed-up's 95 % interval above 1.0 where the rows have intervals,
-else above ``labkit.advice.MIN_GAIN``. INT8 steps are left out (an accuracy decision of its own,
+else above ``labkit.judge.advice.MIN_GAIN``. INT8 steps are left out (an accuracy decision of its own,
 notebook 05), as are rows faster than their own decoding. The paid steps are combined fastest
 first, each adding its change over the step it builds on unless it conflicts with what is
 already set (two backends or devices, or a torch-only option on another backend); the interval is the
@@ -13,7 +13,7 @@ own MOTA is checked against the floor once it ran.
 from __future__ import annotations
 
 import pandas as pd
-from labkit.advice import MIN_GAIN
+from labkit.judge.advice import MIN_GAIN
 
 from labbook.interval import FLOOR_ACCURACY, accuracy_floor, base, interval_rows
 from labbook.predict import change_of, ratio_interval

@@ -50,7 +50,7 @@ class Outcome:
         return dict(self.result.config) if self.result is not None else {}
 
     def row(self) -> dict:
-        """The figures ``labkit.tables.compare`` reads: step, status, reason, fps, spread, repeats."""
+        """The figures ``labkit.bench.tables.compare`` reads: step, status, reason, fps, spread, repeats."""
         if self.result is None:
             return {"step": self.step, "status": self.status, "reason": self.reason, "fps": math.nan}
         m = self.result.metrics

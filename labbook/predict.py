@@ -16,7 +16,7 @@ import math
 import re
 
 import labkit
-from labkit.advice import MIN_GAIN, finding_sentence
+from labkit.judge.advice import MIN_GAIN, finding_sentence
 
 from labbook.display import report, warmup_batches
 from labbook.levers import ADVISE, OPTIONS_OF, flags_of, lever_text, levers_of
@@ -26,7 +26,7 @@ from labbook.steps import catalogue, step_of
 from labbook.text import say
 
 ALIASES = {("precision", "fp16"): "--fp16"}
-"""Flags older ``labkit.advice`` tables named beside the option's ``--name value`` (read only by
+"""Flags older ``labkit.judge.advice`` tables named beside the option's ``--name value`` (read only by
 the fallback for a ``lever`` that is not a lever id)."""
 
 NONE = {"predicted_speedup": None, "basis": None, "assumptions": None, "lever": None}
@@ -66,7 +66,7 @@ def _advise(path: str, warmup: int, min_gain: float = MIN_GAIN, ceiling: float |
 
 def decode_ceiling_fps(mode: str = MODE) -> float | None:
     """Frames/s of the ledger's decode-only run of this machine and mode (``labbook.runs``), or None."""
-    from labkit.bench_truth import ledger_ceiling
+    from labkit.bench.truth import ledger_ceiling
 
     from labbook import reference  # its LEDGER: the one ledger every labbook reader reads
 
@@ -100,7 +100,7 @@ def advice_frame(step: str, mode: str = MODE, *, builds_on: str | None = None, m
     """``labkit.advise`` on the profile of the step ``step`` builds on, or None with why not.
 
     Returns: (frame or None, why): the frame has finding, evidence, lever (a lever id of
-    ``labkit.advice``), predicted_speedup (x: an estimate, or an upper bound where its ``basis``
+    ``labkit.judge.advice``), predicted_speedup (x: an estimate, or an upper bound where its ``basis``
     says "bound"), rule; ``why`` is '' with a frame. ``min_gain``: findings with a smaller figure
     are left out (default 1.0: all of them).
     """

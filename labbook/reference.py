@@ -5,7 +5,7 @@ import pandas as pd
 
 import labkit
 from labkit import Ledger
-from labkit.tables import latest_rows
+from labkit.bench.tables import latest_rows
 
 from labbook.text import say
 from labbook.settings import LEDGER, MODE, REFERENCE, ROOT

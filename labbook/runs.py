@@ -6,9 +6,9 @@ import time
 from typing import Mapping
 
 from labkit import bench
-from labkit.bench_truth import ledger_ceiling
+from labkit.bench.truth import ledger_ceiling
 from labkit.errors import LabkitError
-from labkit.ledger import Ledger, not_run
+from labkit.bench.ledger import Ledger, not_run
 
 from labbook.app import app_argv, app_options, capture_range, unavailable
 from labbook.outcome import Outcome

@@ -1,6 +1,6 @@
 """The lab's steps as data: each step's flags, the step it builds on, and its kind.
 
-Kinds (``labkit.ledger.KINDS``): ``cumulative`` (the main path: keeps every change before it),
+Kinds (``labkit.bench.ledger.KINDS``): ``cumulative`` (the main path: keeps every change before it),
 ``alternative`` (built on a step, not built on by the main path), ``sweep`` (one value of a swept
 option) and ``exercise`` (a participant's own run: never in the lab's table). A step name that is
 not in :func:`catalogue` is an exercise unless its caller says otherwise.
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from labkit.ledger import KINDS
+from labkit.bench.ledger import KINDS
 
 from labbook.settings import MODE, settings
 
@@ -145,7 +145,7 @@ def scale_out(start: str, options: Mapping, n: int = SCALE_OUT) -> dict[str, Ste
 def recorded_options(step: str) -> dict:
     """The options ``step`` last ran with on this machine (its latest ok ledger row's ``config``),
     to build on it exactly."""
-    from labkit.ledger import Ledger
+    from labkit.bench.ledger import Ledger
 
     from labbook.settings import LEDGER
 

@@ -1,7 +1,7 @@
 """Notebook 07's computed parts: the table or a note when the ledger is too sparse, its figures,
 the take-aways read from the table, and a self-check quiz whose answers come from the ledger.
 
-Every function takes the table (``labkit.tables.SpeedupTable``) or the note that stands in for
+Every function takes the table (``labkit.bench.tables.SpeedupTable``) or the note that stands in for
 it, and returns a note (``say``) instead of raising when there is too little to show.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 import labkit
-from labkit.tables import SpeedupTable, SpeedupTableError
+from labkit.bench.tables import SpeedupTable, SpeedupTableError
 
 from labbook.reference import speedup
 from labbook.settings import LEDGER
@@ -63,7 +63,7 @@ def figure(table, kind: str, folder: Path | None = None):
     ``<folder>/<kind>.png`` when ``folder`` is given; a note when the table is too sparse."""
     if not _enough(table):
         return guard(table, None)
-    charts = labkit.charts
+    charts = labkit.bench.charts
     rows = table.rows
     try:
         fig = {"speedup": lambda: charts.speedup_bars(table),
@@ -98,7 +98,7 @@ def facts(table) -> dict:
     if mota is not None and mota.notna().sum() >= 2 and not math.isnan(mota.get(table.baseline, math.nan)):
         drop = (mota[table.baseline] - mota).dropna()
         out.update(mota_step=drop.idxmax(), mota_drop=float(drop.max()))
-    p = labkit.charts.predictions(table, machine)
+    p = labkit.bench.charts.predictions(table, machine)
     p = p[p["predicted"].notna()]
     out.update(predicted=list(p.index), within=[s for s, w in p["within"].items() if w is True])
     return out

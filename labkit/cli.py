@@ -24,8 +24,8 @@ _COMMANDS = {
     "profile": ("labkit.cli", "cli_profile", "run a command under nsys: python -m labkit profile [--name N] -- CMD ..."),
     "summary": ("labkit.cli", "cli_summary", "summarize a report: python -m labkit summary REPORT [--what a,b,...] [--csv]"),
     "compare": ("labkit.cli", "cli_compare", "what changed between two reports: python -m labkit compare A B"),
-    "export": ("labkit.perfetto", "cli_export", "export a report as a Perfetto trace: python -m labkit export --perfetto REPORT [-o PATH]"),
-    "table": ("labkit.tables", "cli_table", "print the relative-speedup table of a ledger: python -m labkit table [PATH]"),
+    "export": ("labkit.show.perfetto", "cli_export", "export a report as a Perfetto trace: python -m labkit export --perfetto REPORT [-o PATH]"),
+    "table": ("labkit.bench.tables", "cli_table", "print the relative-speedup table of a ledger: python -m labkit table [PATH]"),
 }
 
 
@@ -52,11 +52,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 _SUMMARY_FUNCS = {  # --what -> (module, function); imported only when asked for
-    "nvtx": ("labkit.summaries", "nvtx_summary"), "kernels": ("labkit.summaries", "kernel_summary"),
-    "memcpy": ("labkit.summaries", "memcpy_summary"), "memsize": ("labkit.summaries", "memcpy_size_summary"),
-    "cuda_api": ("labkit.summaries", "cuda_api_summary"), "osrt": ("labkit.summaries", "osrt_summary"),
-    "projection": ("labkit.summaries", "gpu_projection_summary"),
-    "stages": ("labkit.analysis", "stage_table"), "batches": ("labkit.analysis", "batches"),
+    "nvtx": ("labkit.stats.summaries", "nvtx_summary"), "kernels": ("labkit.stats.summaries", "kernel_summary"),
+    "memcpy": ("labkit.stats.summaries", "memcpy_summary"), "memsize": ("labkit.stats.summaries", "memcpy_size_summary"),
+    "cuda_api": ("labkit.stats.summaries", "cuda_api_summary"), "osrt": ("labkit.stats.summaries", "osrt_summary"),
+    "projection": ("labkit.stats.summaries", "gpu_projection_summary"),
+    "stages": ("labkit.stats.stages", "stage_table"), "batches": ("labkit.stats.stages", "batches"),
 }
 
 
@@ -89,13 +89,13 @@ def cli_summary(argv: list[str]) -> int:
         if len(window) != 2:
             print(f"labkit: --window {args.window!r}: give START_NS,END_NS, two integers", file=sys.stderr)
             return 2
-    from labkit.report import load_report
+    from labkit.report.load import load_report
 
     out = []
     try:
         rep = load_report(args.report)
         if window is not None or args.within is not None:
-            from labkit.window import restrict
+            from labkit.report.window import restrict
 
             rep = restrict(rep, window=window, within=args.within)
         for w in what:
@@ -131,7 +131,7 @@ def cli_compare(argv: list[str]) -> int:
     p.add_argument("--csv", action="store_true")
     p.add_argument("--wide", action="store_true")
     args = p.parse_args(argv)
-    from labkit.diff import compare
+    from labkit.stats.compare import compare
 
     try:
         df = compare(args.a, args.b, within=args.within)
@@ -151,9 +151,9 @@ def cli_compare(argv: list[str]) -> int:
 
 def cli_profile(argv: list[str]) -> int:
     """``python -m labkit profile [--name N] [--outdir D] [--trace T] [--capture-range R] [--overwrite] -- CMD``."""
-    from labkit import summaries
+    from labkit.stats import summaries
     from labkit.env import reports_dir
-    from labkit.report import profile
+    from labkit.report.load import profile
 
     p = argparse.ArgumentParser(prog="python -m labkit profile",
                                 description="Run a command under nsys; keep .nsys-rep, .sqlite and the program log.")

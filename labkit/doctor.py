@@ -145,8 +145,8 @@ _CUDA_PROBE = textwrap.dedent("""
 def _probe(nsys: str, nsys_version: str | None, *, cuda: bool) -> list[Check]:
     """Profile a three-range program with nsys (through labkit.profile) and count its ranges;
     with ``cuda``, the program also launches a kernel and the kernel is looked for."""
-    from labkit.nsys import NsysError
-    from labkit.report import profile
+    from labkit.record.tool import NsysError
+    from labkit.report.load import profile
 
     with tempfile.TemporaryDirectory(prefix="labkit-doctor-") as tmp:
         script = os.path.join(tmp, "probe.py")

@@ -134,7 +134,7 @@ def _latest(profiles: Path, step: str, suffix: str) -> Path | None:
 
 def key_steps(work: Path) -> list[str]:
     """The baseline and the fastest ok step that has a profile here."""
-    from labkit.ledger import Ledger
+    from labkit.bench.ledger import Ledger
 
     profiles = work / "reports" / "profiles"
     rows = [r for r in Ledger(work / "reports" / "ledger.jsonl").rows() if r.get("status", "ok") == "ok"]
@@ -231,7 +231,7 @@ def run(args) -> int:
     t0 = time.monotonic()
     restored = restore(state_dir, work)
     work.mkdir(parents=True, exist_ok=True)
-    from labkit.ledger import Ledger, not_run
+    from labkit.bench.ledger import Ledger, not_run
 
     from labbook.runs import run_step
     from labbook.settings import LEDGER

@@ -89,7 +89,7 @@ def failures(ledger: Path, since) -> dict[str, str]:
     """Steps whose latest ledger row written at or after ``since`` (a UTC timestamp) has
     ``status: "failed"``: step -> its reason (the application's error line)."""
     from labkit import Ledger
-    from labkit.tables import latest_rows
+    from labkit.bench.tables import latest_rows
 
     df = Ledger(ledger).read()
     if df.empty or "status" not in df.columns:

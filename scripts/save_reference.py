@@ -7,7 +7,7 @@ Copies the ledger, the speed-up table and plots, the notebooks' timings (``lab_t
 from run_lab), the doctor's output, and the SQLite exports of the baseline, ``queues`` and the
 fastest step that was profiled (swept steps have no profile), a few hundred KB to a few MB each,
 and draws their timelines; an export over ``--max-mb`` is trimmed to ``--trim-batches`` steady-state batches
-(``labkit.reader.trim_export``). ``labkit.speedup_table("reports/")`` reads every ``ledger.jsonl`` under reports/, so a
+(``labkit.report.reader.trim_export``). ``labkit.speedup_table("reports/")`` reads every ``ledger.jsonl`` under reports/, so a
 GPU reference saved here appears as its own column beside this machine's. A CPU reference is best
 saved with ``--ledger-name ledger.reference.jsonl``: the same CPU model elsewhere would otherwise
 share its column.
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib
     matplotlib.use("Agg")
     import labkit
-    from labkit.reader import trim_export
+    from labkit.report.reader import trim_export
 
     src, dst = args.reports, args.dest / args.machine
     ledger = src / "ledger.jsonl"

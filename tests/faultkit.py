@@ -77,7 +77,7 @@ def user() -> str:
     return USER
 
 
-def run_as(user: str, code: str, env: dict | None = None, preload: str = "labkit.nsys") -> subprocess.CompletedProcess:
+def run_as(user: str, code: str, env: dict | None = None, preload: str = "labkit.record.nsys") -> subprocess.CompletedProcess:
     """Run Python ``code`` as ``user`` (a real uid, no root rights left), with this worktree's
     labkit first on the path. The interpreter lives under root's 0700 home here, so it starts as
     root, imports ``preload`` (comma-separated modules), then drops to the user for good."""

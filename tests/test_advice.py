@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labkit import analysis
-from labkit.advice import ADVICE_COLUMNS, LEVERS, advise, annotated_stages, next_lever
-from labkit.report import load_report
+from labkit.stats import idle
+from labkit.stats import stages
+from labkit.judge.advice import ADVICE_COLUMNS, LEVERS, advise, annotated_stages, next_lever
+from labkit.report.load import load_report
 from source_code.stages import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +71,7 @@ def test_frame_shape_order_and_levers_in_general_words():
 
 
 def test_serial_stages_fires_on_the_sync_baseline_as_an_estimate():
-    st = analysis.stage_table(baseline(), STAGES, warmup=16)
+    st = stages.stage_table(baseline(), STAGES, warmup=16)
     r = row(advise(baseline(), warmup=16), "serial_stages")
     # all six stages on one thread, infer ~85 %: overlap gains about total / infer (~1.18x)
     assert r["predicted_speedup"] == pytest.approx(st["cpu_ms"].sum() / st["cpu_ms"].max(), rel=0.01)
@@ -93,7 +94,7 @@ def test_dominant_stage_fires_on_infer_and_not_on_a_balanced_gpu_run():
 
 
 def test_skip_work_models_every_stage_the_lever_changes():
-    st = analysis.stage_table(baseline(), STAGES, warmup=16).set_index("stage")["cpu_ms"]
+    st = stages.stage_table(baseline(), STAGES, warmup=16).set_index("stage")["cpu_ms"]
     alone = row(advise(baseline(), warmup=16), "skip_work")
     both = row(advise(baseline(), warmup=16, skip_with=("preprocess", "infer"), skip_every=3), "skip_work")
     # one thread: before / after, with preprocess and infer down to 1 item in 3
@@ -116,7 +117,7 @@ def test_underfilled_batches_predicts_from_a_fitted_call_cost_without_padding():
     assert "28 calls on 37 items at batch size 4: 33% full" in r["evidence"] and r["lever"] == "batch"
     # the fixed part of a call, fitted over the calls (1 or 2 items: no padding to 4)
     nv = r3.nvtx
-    items = analysis._items_per_range(nv)
+    items = stages._items_per_range(nv)
     inf = nv[(nv["name"] == "infer") & (nv["kind"] != "mark") & (nv["payload"].astype(float) >= 4)]
     slope, fixed = np.polyfit(items[inf.index], inf["duration_ns"] / 1e6, 1)
     assert fixed > 0 and f"{fixed * (28 - 10):.0f} ms" in r["evidence"]
@@ -130,7 +131,7 @@ def test_low_utilization_counts_kernels_only_and_fires_on_the_h100_pipeline():
     r = row(a, "gpu_low_utilization")
     w0, w1 = a.attrs["window"]
     k = h100().kernels
-    s, e = analysis.busy_intervals(k["start_ns"].to_numpy(), k["end_ns"].to_numpy())
+    s, e = idle.busy_intervals(k["start_ns"].to_numpy(), k["end_ns"].to_numpy())
     sm = np.clip(e, w0, w1) - np.clip(s, w0, w1)
     assert r["predicted_speedup"] == pytest.approx((w1 - w0) / sm.sum(), rel=1e-6) and r["basis"] == "bound"
     assert "gpu_low_utilization" not in set(advise(baseline(), warmup=16)["rule"])  # no GPU at all
@@ -140,7 +141,7 @@ def test_starvation_names_untraced_host_time_and_launch_bound_the_launches():
     a = advise(h100(), warmup=2)
     s = row(a, "gpu_starvation")
     assert "nothing traced" in s["evidence"] and s["lever"] == "overlap_stages"
-    br = analysis.gpu_idle_breakdown(h100(), min_gap_ms=1.0, window=a.attrs["window"])
+    br = idle.gpu_idle_breakdown(h100(), min_gap_ms=1.0, window=a.attrs["window"])
     stall = br["untraced_ns"].sum() / 1e6
     wall = (a.attrs["window"][1] - a.attrs["window"][0]) / 1e6
     assert s["predicted_speedup"] <= wall / (wall - stall) + 1e-9
@@ -205,7 +206,7 @@ def test_labkit_advise_is_the_function_and_stages_come_from_the_items_marks():
 
     assert labkit.advise(baseline(), warmup=16).equals(advise(baseline(), warmup=16, stages=STAGES))
     assert set(annotated_stages(baseline())) == set(STAGES)
-    assert set(analysis.choose_stages(baseline())[0]) == set(STAGES)
+    assert set(stages.choose_stages(baseline())[0]) == set(STAGES)
 
 
 def test_bounds_from_the_reference_profiles_hold_for_the_measured_next_steps():

@@ -14,8 +14,9 @@ import pandas as pd
 import pytest
 
 import labkit
-from labkit import analysis, idle
-from labkit.advice import ADVICE_COLUMNS, LEVERS, next_lever
+from labkit.stats import idle
+from labkit.stats import stages
+from labkit.judge.advice import ADVICE_COLUMNS, LEVERS, next_lever
 
 FIX = Path(__file__).parent / "fixtures"
 OTH = FIX / "others_h2"
@@ -58,10 +59,10 @@ def test_bottleneck_busy_figures_agree_with_stage_table(path):
     # a stage with nothing nested in it: its self time is its CPU time in stage_table
     parents = set(nv["parent"])
     leaves = nv[(nv["kind"] != "mark") & ~nv.index.isin(parents)]
-    lab = analysis.stage_labels(leaves)
-    nested = set(analysis.stage_labels(nv[nv.index.isin(parents)]))
+    lab = stages.stage_labels(leaves)
+    nested = set(stages.stage_labels(nv[nv.index.isin(parents)]))
     t = b.table.set_index("stage")["self_ms"].groupby(level=0).sum()
-    st_lab = analysis.stage_labels(st.rename(columns={"stage": "name"}))
+    st_lab = stages.stage_labels(st.rename(columns={"stage": "name"}))
     cpu = pd.Series(st["cpu_ms"].to_numpy(), index=st_lab.to_numpy())
     checked = 0
     for s in set(lab) - nested:
@@ -152,7 +153,7 @@ def test_domains_stay_apart_in_stage_table_bottleneck_and_advise():
 def test_idle_breakdown_accounts_for_every_idle_nanosecond():
     for name in OTHERS:
         r = rep(str(OTH / f"{name}.sqlite"))
-        br = analysis.gpu_idle_breakdown(r)
+        br = idle.gpu_idle_breakdown(r)
         parts = br[["copy_ns", "sync_ns", "cuda_ns", "untraced_ns"]]
         assert (parts >= 0).all().all()
         assert (parts.sum(axis=1) == br["duration_ns"]).all()
@@ -160,7 +161,7 @@ def test_idle_breakdown_accounts_for_every_idle_nanosecond():
         assert br["duration_ns"].sum() / 1e6 + br.attrs["sm_busy_ms"] == pytest.approx((w1 - w0) / 1e6, abs=1e-6)
     # the unified-memory run: its one kernel waits 83 ms on cudaMallocManaged (a CUDA call, not a stall)
     um = rep(str(OTH / f"{OTHERS[2]}.sqlite"))
-    br = analysis.gpu_idle_breakdown(um, window=analysis.trace_span(um))
+    br = idle.gpu_idle_breakdown(um, window=stages.trace_span(um))
     want = api_sum(OTHERS[2])
     assert want["cudaMallocManaged"] / 1e6 < br.attrs["totals_ms"]["cuda"] <= want.drop("cudaDeviceSynchronize").sum() / 1e6
 

@@ -1,4 +1,4 @@
-"""labkit.analysis.steady_window and stage_overlap on a real export (annotated.nsys2022.4.sqlite:
+"""labkit.stats.stages.steady_window and stage_overlap on a real export (annotated.nsys2022.4.sqlite:
 a decoder thread and a worker thread, so decode overlaps preprocess/infer)."""
 from __future__ import annotations
 from pathlib import Path

@@ -1,7 +1,8 @@
 """The project's architecture, read from the source with ``ast`` (imports inside functions included).
 
 labkit never imports source_code; the application imports from labkit only ``labkit.annotate``;
-no import cycle among labkit's modules nor among source_code's; no .py file over 500 lines in
+no import cycle among labkit's modules nor among source_code's; labkit's rooms (subpackages) in the
+order of the data flow, none importing a room after it; no .py file over 500 lines in
 labkit/, source_code/, notebooks/ or any top-level package; labkit names none of the application's flags.
 """
 from __future__ import annotations
@@ -44,7 +45,7 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
                 found.add(sub if sub in known else base)
     out = set()
     for mod in found:
-        # "labkit.report.x" -> the longest known module prefix
+        # "labkit.report.load.x" -> the longest known module prefix
         parts = mod.split(".")
         for i in range(len(parts), 0, -1):
             if ".".join(parts[:i]) in known:
@@ -102,8 +103,8 @@ def _top_level_packages() -> list[str]:
 def test_the_parser_sees_imports_inside_functions():
     """The checks below would pass vacuously if function-level imports were missed."""
     g = _graph("labkit")
-    assert "labkit.env" in g["labkit.nsys"]  # `from labkit.env import find_nsys` inside a function
-    assert {"labkit.reader", "labkit.reader_nvtx", "labkit.nsys"} <= g["labkit.report"]
+    assert "labkit.env" in g["labkit.record.tool"]  # `from labkit.env import find_nsys` inside a function
+    assert {"labkit.report.reader", "labkit.report.nvtx", "labkit.record.nsys"} <= g["labkit.report.load"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -154,7 +155,7 @@ def _application_flags() -> set[str]:
 
     flags = {o.flag for o in OPTIONS} | {"--no-" + o.flag[2:] for o in OPTIONS if o.kind == "toggle"}
     own = set()
-    for f in (ROOT / "labkit").glob("*.py"):
+    for f in (ROOT / "labkit").rglob("*.py"):
         own |= set(re.findall(r"""add_argument\(\s*["'](--[\w-]+)""", f.read_text()))
     return flags - own - FLAG_CONTRACT
 
@@ -164,9 +165,82 @@ def test_no_flag_of_the_application_in_labkit():
     assert {"--queues", "--batch-size", "--cuda-graphs", "--compile", "--backend", "--interval", "--gpu-preprocess",
             "--streams", "--no-osd", "--decode-only", "--precision", "--channels-last"} <= flags
     found = {}
-    for f in sorted((ROOT / "labkit").glob("*.py")):
+    for f in sorted((ROOT / "labkit").rglob("*.py")):
         text = f.read_text()
         for flag in flags:
             for m in re.finditer(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text):
                 found.setdefault(str(f.relative_to(ROOT)), set()).add(f"{flag} (line {text[:m.start()].count(chr(10)) + 1})")
     assert {f: sorted(v) for f, v in found.items()} == {}
+
+
+# labkit's rooms, bottom to top: a module may import its own room, a room below, or the top level's
+# shared modules (errors, progress, annotate, env, style, api); doctor and cli sit above every room.
+FLOORS = ["record", "report", "stats", ("judge", "show"), "ranks", "bench"]
+SHARED = {"labkit.errors", "labkit.progress", "labkit.annotate", "labkit.env", "labkit.style", "labkit.api"}
+
+
+def _floor(module: str) -> int | None:
+    parts = module.split(".")
+    if len(parts) < 2 or parts[0] != "labkit":
+        return None
+    for i, rooms in enumerate(FLOORS):
+        if parts[1] in ((rooms,) if isinstance(rooms, str) else rooms):
+            return i
+    return None
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (ROOT / "labkit" / parts[-1]).is_dir() else None
+
+
+def test_rooms_import_only_their_own_room_rooms_below_and_shared_modules():
+    upward, side = {}, {}
+    for mod, deps in _graph("labkit").items():
+        mine = _floor(mod)
+        if mine is None:
+            continue
+        for dep in deps:
+            if not dep.startswith("labkit"):
+                continue
+            theirs = _floor(dep)
+            if theirs is None:
+                if dep not in SHARED and dep != "labkit":
+                    upward.setdefault(mod, []).append(dep)
+            elif theirs > mine:
+                upward.setdefault(mod, []).append(dep)
+            elif theirs == mine and _room(dep) != _room(mod):
+                side.setdefault(mod, []).append(dep)
+    assert upward == {}
+    assert side == {}  # judge and show, on one floor, do not import each other
+
+
+def test_the_house_has_rooms_and_a_small_top_level():
+    rooms = sorted(p.name for p in (ROOT / "labkit").iterdir() if (p / "__init__.py").is_file())
+    top = sorted(p.stem for p in (ROOT / "labkit").glob("*.py"))
+    flat = {r if isinstance(r, str) else x for r in FLOORS for x in ((r,) if isinstance(r, str) else r)}
+    assert set(rooms) == flat
+    assert len(rooms) >= 4 and len(top) <= 12, top
+    for room in rooms:
+        doc = ast.get_docstring(ast.parse((ROOT / "labkit" / room / "__init__.py").read_text()))
+        assert doc and "\n" not in doc.strip(), f"labkit/{room}/__init__.py: one line saying what lives there"
+
+
+def test_every_name_labkit_exported_in_round_3_still_imports_from_labkit():
+    import labkit
+
+    old = ["advise", "next_lever", "load_reports", "Reports", "plot_rank_timeline", "profile_ranks", "load_report",
+           "Report", "plot_timeline", "interactive_timeline", "to_perfetto", "Ledger", "speedup_table",
+           "LabkitError", "OutputError", "restrict", "windowed", "compare", "plot_compare", "stage_table", "batches",
+           "gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown", "bottleneck", "steady_window", "stage_overlap",
+           "copy_table", "pageable_copies", "choose_stages", "nvtx_summary", "kernel_summary", "osrt_summary",
+           "profile"]
+    for name in old:
+        assert callable(getattr(labkit, name)), name
+    assert labkit.bench.run.__name__ == "run" and labkit.bench.sweep.__name__ == "sweep"
+    assert labkit.nsys.record.__name__ == "record" and labkit.nsys.export_sqlite.__name__ == "export_sqlite"
+    assert labkit.report.load_report is labkit.load_report
+    from labkit import annotate, ledger, tables, timeline  # flat module names of round 3
+
+    assert annotate.range and ledger.Ledger is labkit.Ledger and tables.speedup_table is labkit.speedup_table
+    assert timeline.plot_timeline is labkit.plot_timeline

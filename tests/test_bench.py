@@ -14,8 +14,8 @@ import textwrap
 import pytest
 
 from labkit import bench
-from labkit.bench import BenchError, BenchWarning
-from labkit.ledger import Ledger
+from labkit.bench.results import BenchError, BenchWarning
+from labkit.bench.ledger import Ledger
 
 FAKE_APP = textwrap.dedent('''
     import argparse, json, os, sys, time

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from labkit import bench, speedup_table
-from labkit.ledger import Ledger
+from labkit.bench.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "source_code" / "detect_video.py"

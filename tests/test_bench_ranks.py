@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from labkit import bench
-from labkit.bench_core import BenchError, launch
-from labkit.ledger import Ledger
+from labkit.bench.results import BenchError
+from labkit.bench.runner import launch
+from labkit.bench.ledger import Ledger
 from source_code.scenes import SceneConfig, make_video
 
 APP = Path(__file__).resolve().parents[1] / "source_code" / "detect_video.py"
@@ -72,7 +73,7 @@ def test_profiled_run_has_one_report_per_rank(clip, tmp_path):
 @pytest.mark.filterwarnings("ignore:.*no CUDA tables")
 def test_labkit_profile_per_rank_hands_off_to_profile_ranks(tmp_path):
     import labkit
-    from labkit.ranks import RanksError, Reports
+    from labkit.ranks.reports import RanksError, Reports
 
     fixture = Path(__file__).parent / "fixtures" / "ranks.py"  # two gloo ranks with NVTX stages
     reps = labkit.profile([sys.executable, str(fixture)], name="pr", per_rank=True, nproc=2, outdir=tmp_path)

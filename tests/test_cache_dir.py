@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit import env, nsys
+from labkit import env
+from labkit.record import export as nsys
 
 
 @pytest.fixture

@@ -5,8 +5,9 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from labkit import charts, speedup_table
-from labkit.ledger import Ledger
+from labkit import speedup_table
+from labkit.bench import charts
+from labkit.bench.ledger import Ledger
 
 H100 = {"gpu": "NVIDIA H100 80GB HBM3", "cpu": "AMD EPYC"}
 XEON = {"gpu": None, "cpu": "Intel(R) Xeon(R) Processor"}
@@ -161,9 +162,9 @@ def test_stage_colours_are_labkit_style_in_every_plot(ledger_frame):
 
     from matplotlib.colors import to_hex
 
-    from labkit.report import load_report
+    from labkit.report.load import load_report
     from labkit.style import STAGE_COLORS
-    from labkit.timeline import plot_timeline
+    from labkit.show.timeline import plot_timeline
 
     fig = charts.stage_bars(ledger_frame)
     legend = {t.get_text(): to_hex(h.get_facecolor()) for t, h in zip(fig.legends[0].texts, fig.legends[0].legend_handles)}

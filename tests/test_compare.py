@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import labkit
-from labkit.diff import COMPARE_COLUMNS
+from labkit.stats.compare import COMPARE_COLUMNS
 
 FIX = Path(__file__).parent / "fixtures"
 A = FIX / "pipeline.nsys2022.4.sqlite"

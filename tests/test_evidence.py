@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 import labkit
-from labkit.ledger import Ledger
+from labkit.bench.ledger import Ledger
 
 import labbook.reference
 from labbook import evidence, interval, summary
@@ -103,7 +103,7 @@ def test_takeaways_and_quiz_come_from_the_ledger(ledger_at, tmp_path):
     assert "`interval5`**, 5.40x the baseline's 10.0 frames/s" in text and "1 of 2 steps" in text
     quiz = summary.quiz(table).data
     assert quiz.count("<details>") == 5 and "`no_osd`: the estimate" in quiz
-    assert isinstance(summary.figure(table, "predicted", folder=tmp_path), type(labkit.charts.speedup_bars(table)))
+    assert isinstance(summary.figure(table, "predicted", folder=tmp_path), type(labkit.bench.charts.speedup_bars(table)))
     assert (tmp_path / "predicted.png").stat().st_size > 10_000
 
 

@@ -19,9 +19,11 @@ import pytest
 from faultkit import fill, mount  # noqa: F401 (mount: a fixture of real tmpfs disks)
 
 import labkit
-from labkit import bench, nsys
+from labkit import bench
+from labkit.record import nsys
+from labkit.record import tool
 from labkit.errors import OutputError
-from labkit.ledger import Ledger
+from labkit.bench.ledger import Ledger
 
 FIX = Path(__file__).parent / "fixtures"
 # a program that says when it runs, then sleeps; its marker argument finds it among the processes
@@ -194,7 +196,7 @@ def test_bench_refuses_an_unwritable_ledger_before_running(mount, tmp_path):
 @pytest.mark.parametrize("fake", ["/bin/false", "/bin/true"])
 def test_labkit_nsys_that_is_not_nsys_says_what_ran_and_the_fix(monkeypatch, tmp_path, fake):
     monkeypatch.setenv("LABKIT_NSYS", fake)
-    with pytest.raises(nsys.NsysNotFoundError) as exc:
+    with pytest.raises(tool.NsysNotFoundError) as exc:
         labkit.profile([sys.executable, "-c", "pass"], name="x", outdir=tmp_path)
     assert str(exc.value) == (f"{fake} (from LABKIT_NSYS/NSYS={fake!r}) is not a working nsys: `{fake} --version` "
                               f"printed no Nsight Systems version: point LABKIT_NSYS at the nsys executable "

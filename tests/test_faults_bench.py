@@ -20,7 +20,7 @@ from faultkit import fill, mount, open_tmp, run_as, user  # noqa: F401 (fixtures
 from labkit import bench, doctor
 from labkit.annotate import write_results
 from labkit.errors import OutputError
-from labkit.ledger import Ledger
+from labkit.bench.ledger import Ledger
 
 APP = textwrap.dedent('''
     import argparse, os, signal, sys, time
@@ -105,9 +105,9 @@ def test_an_unreadable_ledger_is_one_line_as_another_user(open_tmp, user):
     ledger = open_tmp / "ledger.jsonl"
     Ledger(ledger).append({"step": "baseline", "metrics": {"fps": 1.0}})
     ledger.chmod(0o600)  # root's, not the user's
-    code = ("import labkit.ledger as L, labkit.errors as E\n"
+    code = ("import labkit.bench.ledger as L, labkit.errors as E\n"
             f"try:\n L.Ledger({str(ledger)!r}).read()\nexcept E.OutputError as e:\n print('ERR', e)")
-    res = run_as(user, code, preload="labkit.ledger, labkit.errors, pandas")
+    res = run_as(user, code, preload="labkit.bench.ledger, labkit.errors, pandas")
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("ERR") and "permission" in res.stdout and len(res.stdout.splitlines()) == 1
 

@@ -18,7 +18,9 @@ import psutil
 import pytest
 from faultkit import fill, mount, open_tmp, run_as, user  # noqa: F401 (fixtures)
 
-from labkit import nsys
+from labkit.record import export
+from labkit.record import nsys
+from labkit.record import tool
 from labkit.errors import OutputError
 
 pytestmark = pytest.mark.nsys
@@ -68,10 +70,10 @@ def test_a_report_replaced_by_an_older_copy_is_exported_again(tmp_path):
     """rsync -a / scp -p / tar x give the new report an older mtime: its identity decides."""
     a = _record(tmp_path / "a", "run", 8).nsys_rep
     b = _record(tmp_path / "b", "run", 16).nsys_rep
-    assert _ranges(nsys.export_sqlite(a)) == 8
+    assert _ranges(export.export_sqlite(a)) == 8
     shutil.copy2(b, a)  # the new report, with b's (older) mtime
     os.utime(a, (time.time() - 3600, time.time() - 3600))
-    assert _ranges(nsys.export_sqlite(a)) == 16
+    assert _ranges(export.export_sqlite(a)) == 16
 
 
 def test_another_programs_sqlite_beside_a_report_is_never_written_over(tmp_path):
@@ -83,10 +85,10 @@ def test_another_programs_sqlite_beside_a_report_is_never_written_over(tmp_path)
     con.commit()
     con.close()
     before = theirs.read_bytes()
-    db = nsys.export_sqlite(rep)
+    db = export.export_sqlite(rep)
     assert theirs.read_bytes() == before
     assert db != theirs and _ranges(db) == 4
-    assert nsys.export_sqlite(rep) == db  # reused, by identity
+    assert export.export_sqlite(rep) == db  # reused, by identity
 
 
 def test_the_profiled_program_runs_with_umask_022(tmp_path):
@@ -109,7 +111,7 @@ def test_a_program_killed_by_sigkill_is_named_and_its_report_carries_a_note(tmp_
     rep = tmp_path / "oom.nsys-rep"
     notes = nsys.recording_notes(rep)
     assert notes and "SIGKILL" in notes[0] and "only" in notes[0]
-    from labkit.report import load_report
+    from labkit.report.load import load_report
 
     assert notes[0] in load_report(rep).notes  # the loaded report carries it too
     assert nsys.recording_notes(_record(tmp_path, "whole", 2).nsys_rep) == []
@@ -154,14 +156,14 @@ def test_a_read_only_folder_with_an_older_sqlite_uses_the_per_user_cache(open_tm
     shared = tmp_path / "shared"
     shared.mkdir()
     shutil.copy(_record(tmp_path / "b", "run", 6).nsys_rep, shared / "run.nsys-rep")
-    shutil.copy(nsys.export_sqlite(a), shared / "run.sqlite")  # an older export, of another report
+    shutil.copy(export.export_sqlite(a), shared / "run.sqlite")  # an older export, of another report
     os.utime(shared / "run.sqlite", (time.time() - 3600, time.time() - 3600))
     for p in (tmp_path, shared, *shared.iterdir()):
         p.chmod(0o755 if p.is_dir() else 0o644)
     cache = tmp_path / "usercache"
     cache.mkdir()
     shutil.chown(cache, user)
-    res = run_as(user, f"print(nsys_db := labkit.nsys.export_sqlite({str(shared / 'run.nsys-rep')!r}))",
+    res = run_as(user, f"print(nsys_db := labkit.record.export.export_sqlite({str(shared / 'run.nsys-rep')!r}))",
                  env={"LABKIT_CACHE_DIR": str(cache)})
     assert res.returncode == 0, res.stderr
     db = Path(res.stdout.strip())
@@ -175,7 +177,7 @@ def test_an_unwritable_home_is_named_with_the_variable_that_fixes_it(open_tmp, u
     shutil.copy(_record(tmp_path / "b", "run", 2).nsys_rep, shared / "run.nsys-rep")
     for p in (tmp_path, shared, shared / "run.nsys-rep"):
         p.chmod(0o755 if p.is_dir() else 0o644)
-    res = run_as(user, "import labkit.nsys as n\ntry:\n n.export_sqlite(%r)\nexcept n.NsysError as e:\n print(e)"
+    res = run_as(user, "import labkit.record.export as n\ntry:\n n.export_sqlite(%r)\nexcept n.NsysError as e:\n print(e)"
                  % str(shared / "run.nsys-rep"), env={})
     assert res.returncode == 0, res.stderr
     assert "LABKIT_CACHE_DIR" in res.stdout and len(res.stdout.strip().splitlines()) == 1
@@ -193,8 +195,8 @@ def test_a_broken_report_is_explained(tmp_path, kind, words):
         whole = _record(tmp_path / "w", "whole", 50).nsys_rep.read_bytes()
         rep.write_bytes(whole[: len(whole) // 3])
     for _ in range(2):  # the same clear error every time, never a partial export
-        with pytest.raises(nsys.NsysError, match=words) as err:
-            nsys.export_sqlite(rep)
+        with pytest.raises(tool.NsysError, match=words) as err:
+            export.export_sqlite(rep)
         assert "\n" not in str(err.value)
     assert not rep.with_suffix(".sqlite").exists()
 
@@ -206,8 +208,8 @@ def test_nsys_killed_mid_export_is_said_so(tmp_path):
     wrapper.write_text(f'#!/bin/sh\nif [ "$1" = export ]; then {real} "$@" & sleep 0.1; kill -9 $!; kill -9 $$; fi\n'
                        f'exec {real} "$@"\n')
     wrapper.chmod(0o755)
-    with pytest.raises(nsys.NsysError, match="killed by SIGKILL") as err:
-        nsys.export_sqlite(rep, nsys=str(wrapper))
+    with pytest.raises(tool.NsysError, match="killed by SIGKILL") as err:
+        export.export_sqlite(rep, nsys=str(wrapper))
     assert "run it again" in str(err.value)
 
 
@@ -215,14 +217,14 @@ def test_an_export_of_the_old_schema_counts_as_complete(tmp_path):
     """nsys 2020.5 wrote no export-metadata table: its .sqlite beside its report is reused, not
     exported again (or called a failed export)."""
     fixture = Path(__file__).parent / "fixtures" / "openacc.nsys2020.5.trimmed.sqlite"
-    assert nsys.export_is_complete(fixture)
+    assert export.export_is_complete(fixture)
     failed = tmp_path / "failed.sqlite"  # what a failed export leaves: StringIds and ProcessStreams only
     con = sqlite3.connect(failed)
     con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
     con.execute("CREATE TABLE ProcessStreams (pid INTEGER)")
     con.commit()
     con.close()
-    assert not nsys.export_is_complete(failed)
+    assert not export.export_is_complete(failed)
 
 
 def test_a_full_tmpdir_is_named_before_nsys_starts(tmp_path, mount, monkeypatch):

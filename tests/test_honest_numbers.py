@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from labkit import bench
-from labkit.ledger import Ledger
+from labkit.bench.ledger import Ledger
 from source_code.scenes import SceneConfig, make_video
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def test_no_step_exceeds_decoding_alone_by_more_than_its_spread(lab):
 
 
 def test_a_row_above_the_ceiling_is_flagged_never_a_speed_up(lab, tmp_path):
-    from labkit.bench_truth import check_ceiling
+    from labkit.bench.truth import check_ceiling
 
     ledger, _, _ = lab
     rows = {r["step"]: r for r in ledger.rows()}

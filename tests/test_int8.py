@@ -1,5 +1,5 @@
 """INT8 that is INT8: the QDQ model ONNX Runtime runs on CPU quantizes every convolution, and
-``labkit.ort_profile`` reads ONNX Runtime's own op profile of it.
+``labkit.report.ort_profile`` reads ONNX Runtime's own op profile of it.
 
 Real parts only: the detector (trained weights when present, else seeded random weights: the
 graph and the quantization recipe do not depend on training), torch's ONNX exporter,
@@ -16,7 +16,7 @@ import onnx
 import pytest
 import torch
 
-from labkit import ort_profile
+from labkit.report import ort_profile
 from source_code import backends as B
 from source_code.backends.calibration import quantize_qdq
 from source_code.detector import DEFAULT_WEIGHTS, INPUT_HW, build_detector, load_detector

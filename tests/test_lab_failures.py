@@ -7,7 +7,7 @@ import labbook
 import labbook as lab
 import pytest
 from labkit import Ledger
-from labkit.nsys import NsysNotFoundError
+from labkit.record.tool import NsysNotFoundError
 
 
 @pytest.fixture

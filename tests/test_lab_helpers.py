@@ -225,7 +225,7 @@ def test_compare_of_outcomes_and_step_names(ledger):
 
 def test_compare_takes_a_bench_result(ledger):
     """Notebook 03's exercise compares run_parallel's Result with a step (it raised TypeError)."""
-    from labkit.bench_core import Result
+    from labkit.bench.results import Result
 
     add(ledger, "streams2", 10.0)
     two = Result("processes2", "processes2-np2", ("python",), {}, pd.DataFrame(), {"fps": 12.0, "repeats": 1})
@@ -393,7 +393,7 @@ def test_a_failing_step_is_a_ledger_row_and_the_notebook_goes_on(ledger, monkeyp
     raised. run_lab finds the failure in the ledger, not in the cells' text."""
     import pandas as pd
 
-    from labkit.bench import BenchError
+    from labkit.bench.results import BenchError
 
     sys.path.insert(0, str(ROOT / "scripts"))
     from run_lab import failures

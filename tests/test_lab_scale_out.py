@@ -7,7 +7,7 @@ import os
 import pytest
 
 from labbook.steps import SCALE_OUT, recorded_options, scale_out
-from labkit.ledger import Ledger, not_run
+from labkit.bench.ledger import Ledger, not_run
 
 OPTIONS = {"inputs": ["clip.mp4"], "frames": 24, "queues": True, "osd": True, "output": "v.mp4", "batch_size": 4}
 

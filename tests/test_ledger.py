@@ -8,7 +8,7 @@ import warnings
 import pandas as pd
 import pytest
 
-from labkit.ledger import BASE_COLUMNS, Ledger, LedgerWarning, flatten, machine_label
+from labkit.bench.ledger import BASE_COLUMNS, Ledger, LedgerWarning, flatten, machine_label
 
 WRITERS = 8
 ROWS_EACH = 300
@@ -135,7 +135,7 @@ def test_read_machine_column(tmp_path):
 
 
 def test_a_step_that_did_not_run_is_a_row_with_its_status_and_reason(tmp_path):
-    from labkit.ledger import not_run
+    from labkit.bench.ledger import not_run
 
     led = Ledger(tmp_path / "ledger.jsonl")
     led.append({**not_run("fp16", status="skipped", reason="no GPU", config={"precision": "fp16"},

@@ -2,7 +2,7 @@
 every option the lab's catalogue changes is reachable from some lever."""
 from __future__ import annotations
 
-import labkit.advice
+import labkit.judge.advice
 import labbook as lab
 import pytest
 from labbook.levers import OPTIONS_OF, SETTINGS_OPTIONS, flags_of, lever_text, levers_of
@@ -22,7 +22,7 @@ def test_every_optimisation_option_of_the_application_is_a_lever_or_a_setting():
 
 
 def test_levers_are_labkits_ids_and_name_real_flags():
-    ids = getattr(labkit.advice, "LEVERS", None)  # labkit's list of lever ids, where it has one
+    ids = getattr(labkit.judge.advice, "LEVERS", None)  # labkit's list of lever ids, where it has one
     if ids is not None:
         assert set(OPTIONS_OF) <= set(ids)
     for lever in OPTIONS_OF:

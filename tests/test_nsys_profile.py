@@ -13,8 +13,9 @@ import pytest
 
 import labkit
 from labkit.env import find_nsys
-from labkit.nsys import CaptureRangeError, NsysError, ProgramFailedError, ReportExistsError, profile_command
-from labkit.report import load_report, profile
+from labkit.record.nsys import CaptureRangeError, ProgramFailedError, ReportExistsError, profile_command
+from labkit.record.tool import NsysError
+from labkit.report.load import load_report, profile
 
 FIX = Path(__file__).parent / "fixtures"
 PROGRAM = FIX / "annotated.py"
@@ -176,7 +177,7 @@ def test_failing_program_is_reported_with_its_output(tmp_path):
 def test_record_returns_paths_and_prints_no_progress_lines_off_a_terminal(tmp_path, capfd):
     """Off a terminal/notebook widget, progress=True prints nothing (it used to print a line per run,
     and a notebook cell got a line per second); record loads nothing and returns the paths."""
-    from labkit.nsys import Recording, record
+    from labkit.record.nsys import Recording, record
 
     rec = record([sys.executable, str(PROGRAM)], name="quiet", outdir=tmp_path, trace=("nvtx",), progress=True)
     assert isinstance(rec, Recording) and rec.nsys_rep == tmp_path / "quiet.nsys-rep" and rec.nsys_rep.exists()

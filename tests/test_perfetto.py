@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit.perfetto import to_perfetto
-from labkit.report import load_report
+from labkit.show.perfetto import to_perfetto
+from labkit.report.load import load_report
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
                          reason="pip install -e '.[test]' (the perfetto package's protobuf definitions)")

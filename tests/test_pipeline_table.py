@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from labkit.ledger import Ledger
+from labkit.bench.ledger import Ledger
 from source_code.scenes import SceneConfig, make_video
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -64,5 +64,5 @@ def test_within_a_range_keeps_its_instances_and_what_starts_inside(plain):
     both = labkit.nvtx_summary(plain, within="Compute:read")
     assert set(zip(both["domain"], both["name"])) <= {("Compute", "read"), ("IO", "read")}
     assert full["instances"].sum() == 24
-    with pytest.raises(labkit.window.WindowError, match="no NVTX range named 'nope'"):
+    with pytest.raises(labkit.report.window.WindowError, match="no NVTX range named 'nope'"):
         labkit.nvtx_summary(plain, within="nope")

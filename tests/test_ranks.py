@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 
 from labkit.errors import LabkitError
-from labkit.ranks import RanksError, _rank_from_env, load_reports, plot_rank_timeline, rank_from_name
-from labkit.ranks_profile import RankFailedError, profile_ranks
-from labkit.report import load_report
+from labkit.ranks.reports import RanksError, _rank_from_env, load_reports, plot_rank_timeline, rank_from_name
+from labkit.ranks.profile import RankFailedError, profile_ranks
+from labkit.report.load import load_report
 
 FIX = Path(__file__).parent / "fixtures"
 EXPORTS = [FIX / f"ranks.nsys2022.4_{r}.sqlite" for r in (0, 1)]

@@ -1,5 +1,5 @@
 """The failed rank profile_ranks names is the root cause, not a peer that lost its connection."""
-from labkit.ranks_profile import is_consequence, root_cause_first
+from labkit.ranks.profile import is_consequence, root_cause_first
 
 # Lines as ranks wrote them in real failed runs (gloo on CPU; NCCL's watchdog; torchrun's stop).
 GLOO_TIMEOUT = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 3000ms for recv operation to complete"

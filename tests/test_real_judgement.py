@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 import labkit
-from labkit import analysis
-from labkit.advice import ADVICE_COLUMNS, LEVERS
+from labkit.stats import stages as analysis
+from labkit.judge.advice import ADVICE_COLUMNS, LEVERS
 
 REAL = Path(__file__).parent / "fixtures" / "real"
 NAMES = sorted(p.stem for p in REAL.glob("*.sqlite"))

@@ -110,7 +110,7 @@ def test_cuda_api_summary(real):
     if _empty_or(theirs, ours):
         return
     _same_stats(ours, theirs, ours["name"], theirs["Name"], "Num Calls")
-    framed = labkit.cuda_api_summary(labkit.window.restrict(rep, window=(-2**62, 2**62)))  # the frame path
+    framed = labkit.cuda_api_summary(labkit.report.window.restrict(rep, window=(-2**62, 2**62)))  # the frame path
     pd.testing.assert_frame_equal(framed.sort_values("name", ignore_index=True),
                                   ours.sort_values("name", ignore_index=True), check_exact=False)
 
@@ -178,7 +178,7 @@ def test_reports_the_installed_nsys_cannot_read_end_in_one_clear_line_twice(tmp_
     wrote each is read from its header (2026's "2026@1@2@63", not a later path's date), the error
     names it and the fix, and a second try says the same with nothing left behind."""
     from labkit.env import find_nsys
-    from labkit.nsys import report_version
+    from labkit.record.export import report_version
 
     if find_nsys() is None:
         pytest.skip("nsys is not installed")

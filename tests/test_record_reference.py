@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.ledger import Ledger
+from labkit.bench.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "record_reference.py"

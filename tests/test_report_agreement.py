@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import labkit
-from labkit.report import load_report
+from labkit.report.load import load_report
 
 FIX = Path(__file__).parent / "fixtures"
 REL = 1e-4  # 0.01 %

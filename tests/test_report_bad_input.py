@@ -13,8 +13,10 @@ import pytest
 
 import labkit
 from labkit.errors import LabkitError
-from labkit.nsys import NsysNotFoundError, ReportExistsError
-from labkit.report import NVTX_COLUMNS, SUMMARY_COLUMNS, ReportError, load_report, profile
+from labkit.record.tool import NsysNotFoundError
+from labkit.record.nsys import ReportExistsError
+from labkit.report.reader import NVTX_COLUMNS, SUMMARY_COLUMNS, ReportError
+from labkit.report.load import load_report, profile
 
 FIX = Path(__file__).parent / "fixtures"
 

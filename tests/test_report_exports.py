@@ -11,8 +11,10 @@ import pytest
 
 import labkit
 from labkit.env import find_nsys, nsys_version
-from labkit.nsys import NsysError, export_is_complete, report_version
-from labkit.report import ReportError, load_report
+from labkit.record.tool import NsysError
+from labkit.record.export import export_is_complete, report_version
+from labkit.report.reader import ReportError
+from labkit.report.load import load_report
 
 FIX = Path(__file__).parent / "fixtures"
 REP = "annotated.nsys2022.4.nsys-rep"

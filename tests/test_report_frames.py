@@ -7,10 +7,11 @@ import pandas as pd
 import pytest
 
 import labkit
-from labkit.report import (CUDA_API_COLUMNS, KERNEL_COLUMNS, MEMCPY_COLUMNS, MEMSET_COLUMNS, NVTX_COLUMNS,
-                           SUMMARY_COLUMNS, SYNC_COLUMNS, Report, load_report)
+from labkit.report.reader import (CUDA_API_COLUMNS, KERNEL_COLUMNS, MEMCPY_COLUMNS, MEMSET_COLUMNS, NVTX_COLUMNS,
+                                  SUMMARY_COLUMNS, SYNC_COLUMNS)
+from labkit.report.load import Report, load_report
 from labkit.cli import cli_summary
-from labkit.reader_nvtx import _nest
+from labkit.report.nvtx import _nest
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -204,7 +205,7 @@ def test_column_reads_survive_rowid_gaps_and_chunking(gpu, tmp_path, monkeypatch
     import shutil
     import sqlite3
 
-    from labkit import reader as R
+    from labkit.report import reader as R
 
     sparse = tmp_path / "sparse.sqlite"
     shutil.copyfile(FIX / "gputest.nsys2025.3.sqlite", sparse)

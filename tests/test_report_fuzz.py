@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import labkit
-from labkit.report import ReportError, load_report
+from labkit.report.reader import ReportError
+from labkit.report.load import load_report
 
 FIX = Path(__file__).parent / "fixtures"
 SOURCES = ["annotated.nsys2022.4.sqlite", "gputest.nsys2025.3.sqlite", "pipeline.nsys2022.4.sqlite",

@@ -79,7 +79,8 @@ def test_graph_rows_count_in_every_analysis(tmp_path):
 
 def test_profile_asks_for_graph_nodes_where_nsys_supports_it():
     from labkit.env import find_nsys
-    from labkit.nsys import profile_command, supports_option
+    from labkit.record.nsys import profile_command
+    from labkit.record.tool import supports_option
 
     argv = profile_command(["python", "a.py"], output=Path("r/x"), nsys="nsys")
     assert "--cuda-graph-trace=node" in argv

@@ -1,4 +1,4 @@
-"""labkit.window (restrict, @windowed) on real exports, and ``python -m labkit summary --what a,b``."""
+"""labkit.report.window (restrict, @windowed) on real exports, and ``python -m labkit summary --what a,b``."""
 from __future__ import annotations
 
 import inspect
@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 import labkit
-from labkit import summaries
-from labkit.window import WindowError, restrict, windowed
+from labkit.stats import summaries
+from labkit.report.window import WindowError, restrict, windowed
 
 FIX = Path(__file__).parent / "fixtures"
 LLAMA = FIX / "real" / "Sh1mwww_2024.6_llama3_real_inference_simulation.sqlite"
@@ -127,7 +127,7 @@ def test_summary_command_imports_only_what_it_needs():
                         "nvtx,kernels,cuda_api"], capture_output=True, text=True)
     assert r.returncode == 0
     imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
-    for heavy in ("matplotlib", "labkit.analysis", "labkit.advice", "labkit.timeline", "scipy", "labkit.diff"):
+    for heavy in ("matplotlib", "labkit.stats.stages", "labkit.judge.advice", "labkit.show.timeline", "scipy", "labkit.stats.compare"):
         assert heavy not in imported, heavy
 
 
@@ -139,7 +139,7 @@ def test_summary_command_imports_only_what_it_needs():
 def test_nvtx_summary_in_one_pass_equals_the_grouped_queries(stem, monkeypatch):
     """A large export's ranges are read in one pass (inline texts, text ids, domains); the summary is
     the one the grouped queries give on small exports."""
-    from labkit import reader_nvtx
+    from labkit.report import nvtx as reader_nvtx
 
     path = FIX / f"{stem}.sqlite"
     want = summaries.nvtx_summary(labkit.load_report(path))

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from labkit import speedup_table
-from labkit.ledger import Ledger
-from labkit.tables import SpeedupTableError, SpeedupWarning, cli_table
+from labkit.bench.ledger import Ledger
+from labkit.bench.tables import SpeedupTableError, SpeedupWarning, cli_table
 
 H100 = {"gpu": "NVIDIA H100 80GB HBM3", "cpu": "AMD EPYC 7B13", "host": "gpu1"}
 XEON = {"gpu": None, "cpu": "Intel(R) Xeon(R) Processor", "host": "vm"}
@@ -143,7 +143,7 @@ def test_flagged_rows_are_left_out_with_a_warning(tmp_path):
 # ----------------------------------------------------------------------------- builds_on, exercises (real ledgers)
 from pathlib import Path  # noqa: E402
 
-from labkit.tables import compare  # noqa: E402
+from labkit.bench.tables import compare  # noqa: E402
 
 XEON_LABEL = "CPU (Intel(R) Xeon(R) Processor)"
 CPU_REF = Path(__file__).resolve().parents[1] / "reports" / "reference" / "cpu-2core" / "ledger.reference.jsonl"

@@ -9,10 +9,10 @@ import sys
 import pandas as pd
 
 from labkit import speedup_table
-from labkit.ledger import Ledger
-from labkit.tables import cli_table, compare, latest_rows
-from labkit.tables import class_view
-from labkit.tables_view import ABOVE
+from labkit.bench.ledger import Ledger
+from labkit.bench.tables import cli_table, compare, latest_rows
+from labkit.bench.tables import class_view
+from labkit.bench.table_view import ABOVE
 
 VM = {"gpu": None, "cpu": "Intel(R) Xeon(R) Processor", "host": "vm-01"}
 SHA = "0123456789abcdef0123456789abcdef01234567"

@@ -12,9 +12,9 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 import labkit
-from labkit.report import Report, load_report
+from labkit.report.load import Report, load_report
 from labkit.style import STAGE_COLORS, stage_color
-from labkit.timeline import NothingToDraw, plot_timeline
+from labkit.show.timeline import NothingToDraw, plot_timeline
 
 FIX = Path(__file__).parent / "fixtures"
 _spec = importlib.util.spec_from_file_location(  # the benchmark's synthetic report, tested as it is timed

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import labkit
-from labkit.report import load_report
+from labkit.report.load import load_report
 from labkit.style import STAGE_COLORS
-from labkit.timeline import plot_timeline
+from labkit.show.timeline import plot_timeline
 
 pytest.importorskip("bokeh", reason="pip install -e . (bokeh draws the interactive timeline)")
 FIX = Path(__file__).parent / "fixtures"

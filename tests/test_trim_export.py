@@ -1,4 +1,4 @@
-"""labkit.report.trim_export: a slice [start_ns, end_ns) of a real nsys SQLite export.
+"""labkit.report.reader.trim_export: a slice [start_ns, end_ns) of a real nsys SQLite export.
 
 The fixture is copied to tmp_path first; nothing is written under tests/fixtures.
 """
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from labkit import load_report
-from labkit.reader import ReportError, trim_export
+from labkit.report.reader import ReportError, trim_export
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXPORT = FIXTURES / "gputest.nsys2025.3.sqlite"

@@ -24,7 +24,7 @@ def _run(cells: list[str], tmp_path: Path):
 def test_labkit_warnings_are_lines_in_their_cell_and_others_stay_python_warnings(tmp_path):
     nb = _run([
         f"import sys; sys.path.insert(0, {str(ROOT)!r})\nimport warnings\nimport labbook as lab\n"
-        "from labkit.bench import BenchWarning\nfrom labkit.tables import SpeedupWarning",
+        "from labkit.bench import BenchWarning\nfrom labkit.bench.tables import SpeedupWarning",
         "warnings.warn(\"benchmark 'ranks2' is flagged: too short\", BenchWarning)",
         "warnings.warn('1 flagged ledger row(s) left out', SpeedupWarning)",
         "warnings.warn('not labkit', UserWarning)",

@@ -8,12 +8,16 @@ from pathlib import Path
 import pytest
 
 import labkit
-from labkit import advice, analysis, idle
-from labkit.window import restrict
+from labkit.judge import bottleneck as bn
+from labkit.stats import copies
+from labkit.stats import stages
+from labkit.judge import advice
+from labkit.stats import idle
+from labkit.report.window import restrict
 
 LLAMA = Path(__file__).parent / "fixtures" / "real" / "Sh1mwww_2024.6_llama3_real_inference_simulation.sqlite"
-WINDOWED = [analysis.stage_table, analysis.batches, analysis.bottleneck, analysis.stage_overlap,
-            analysis.pageable_copies, analysis.copy_table, analysis.choose_stages, analysis.steady_window,
+WINDOWED = [stages.stage_table, stages.batches, bn.bottleneck, stages.stage_overlap,
+            copies.pageable_copies, copies.copy_table, stages.choose_stages, stages.steady_window,
             idle.gpu_idle_gaps, idle.gpu_utilization, idle.gpu_idle_breakdown, advice.advise]
 
 
@@ -31,10 +35,10 @@ def test_every_analysis_takes_window_and_within(fn):
 
 def test_stage_table_within_a_range_is_the_table_of_the_restricted_report(llama):
     name = "token_0_processing"
-    got = analysis.stage_table(llama, within=name)
-    want = analysis.stage_table(restrict(llama, within=name))
+    got = stages.stage_table(llama, within=name)
+    want = stages.stage_table(restrict(llama, within=name))
     assert got.equals(want)
-    whole = analysis.stage_table(llama)
+    whole = stages.stage_table(llama)
     # the restricted table counts fewer calls of a range that repeats in every token
     calls = lambda t: int(t.loc[t["stage"] == "layer_0_computation", "instances"].iloc[0])  # noqa: E731
     assert 0 < calls(got) < calls(whole)

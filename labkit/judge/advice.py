@@ -1,0 +1,130 @@
+"""Findings from a report's evidence, for any program: what holds the run back, which lever
+addresses it (in general words: :data:`LEVERS`), and what that lever can gain, one row per finding.
+
+Stages are the NVTX ranges the program has (:func:`labkit.stats.stages.choose_stages`: labkit's
+``items`` marks, else the ranges nested in the outermost repeated range, else the top-level ones;
+NVTX domains kept apart as ``domain:name``). The CUDA rules need no annotation at all: they read
+the CUDA API calls and GPU activity as ``nsys analyze`` does. The model behind each prediction and
+when it is a true bound: :mod:`labkit.judge.evidence`; the rules: :mod:`labkit.judge.rules`.
+
+labkit knows no program: it never names a program's flags. A program's own mapping from lever
+ids to its switches lives with that program (the lab's is in ``labbook``).
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from labkit.judge import rules as advice_rules
+from labkit.stats import stages as analysis
+from labkit.judge.evidence import ADVICE_COLUMNS, DECODE_BOUND, LEVERS, MIN_GAIN, SKIP_EVERY, Evidence, row
+from labkit.errors import LabkitError
+from labkit.report.window import windowed
+
+__all__ = ["advise", "next_lever", "finding_sentence", "AdviseError", "ADVICE_COLUMNS", "LEVERS", "annotated_stages",
+           "MIN_GAIN"]
+
+
+class AdviseError(LabkitError):
+    """The report cannot be read as a report."""
+
+
+def annotated_stages(report) -> tuple[str, ...]:
+    """Names of the ranges that carry an ``items`` mark (every ``labkit.annotate.range`` emits
+    one): a program's stages, without labkit knowing the program."""
+    t = analysis.stage_table(report)
+    return tuple(t.loc[t["items"] > 0, "stage"])
+
+
+def _steady_fps(ev: Evidence) -> float | None:
+    """Items per second of the window: items of the last stage (in the given order) that has any."""
+    t = ev.table
+    last = [s for s in ev.stages if (t["stage"] == s).any() and t.loc[t["stage"] == s, "items"].iloc[0] > 0]
+    if not last or ev.wall_ms <= 0:
+        return None
+    return float(t.loc[t["stage"] == last[-1], "items"].iloc[0] / (ev.wall_ms / 1e3))
+
+
+def _input_bound(ceiling: float, fps: float) -> dict | None:
+    """Near the rate at which the same inputs are read and decoded with nothing else running."""
+    ratio = fps / ceiling
+    if ratio < DECODE_BOUND:
+        return None
+    text = (f"{fps:.1f} items/s against an input-only ceiling of {ceiling:.1f} items/s ({ratio:.0%}): no other "
+            "stage's lever can take the run past its input")
+    return row("decode_bound", "The run is bound by reading its input", text, "parallel_input",
+               max(ceiling / fps, 1.0), "estimate", "the input-only run was measured apart, under other contention")
+
+
+@windowed
+def advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float | None = None,
+           fps: float | None = None, batch_size: int | None = None, removable=(), skip_with=(),
+           skip_every: int = SKIP_EVERY, min_gain: float = MIN_GAIN) -> pd.DataFrame:
+    """Findings about what holds a profiled run back, each with its evidence, lever and prediction.
+
+    Args:
+        report: a :class:`labkit.report.Report` (any program: NVTX ranges, or none at all).
+        stages: the stage range names or ``domain:name`` labels (default:
+            :func:`labkit.stats.stages.choose_stages`).
+        warmup: batches (range payload below this) left out as warm-up, where ranges carry one.
+        decode_ceiling_fps: items/s of the same inputs read alone; caps every prediction and
+            enables the input-bound rule.
+        fps: the run's items/s (default: items of the last stage over the window).
+        batch_size: the batch size (default: the most items a stage call carried).
+        removable: stages the output does not need (a ``remove_stage`` finding each).
+        skip_with: stages that run on fewer items together (the skip-work lever changes all of
+            them when the dominant stage is one; default: the dominant stage alone).
+        skip_every: the K of the skip-work estimate (1 item in K).
+        min_gain: findings predicting less are left out (the input-bound one always shown).
+    Returns: ``ADVICE_COLUMNS``: finding, evidence (numbers from the report, in words), lever (an
+        id of :data:`LEVERS`), lever_text (its words), predicted_speedup (x), basis ("bound": a
+        true upper bound under the assumptions; "estimate" otherwise), assumptions (one
+        sentence), rule (id), stage (the stage a finding is about, else None); largest first.
+        ``attrs``: ``stages``, ``note`` (how stages were chosen, which window, why empty),
+        ``window`` (ns). A report with nothing to find gives an empty frame with its note.
+    Raises: AdviseError when ``report`` is not a loaded report.
+    """
+    if not hasattr(report, "nvtx") or not hasattr(report, "cuda_api"):
+        raise AdviseError(f"advise needs a report loaded with labkit.load_report(path), not a "
+                          f"{type(report).__name__}")
+    how = "stages: as given"
+    if stages is None:
+        stages, how = analysis.choose_stages(report)
+    ev = Evidence(report, stages, how, warmup, batch_size)
+    ev.skip_with, ev.skip_every = tuple(skip_with), int(skip_every)
+    rows = [r for rule in advice_rules.RULES for r in rule(ev)] + advice_rules.removable(ev, removable)
+    decode = None
+    if decode_ceiling_fps:
+        fps = fps or _steady_fps(ev)
+        decode = _input_bound(decode_ceiling_fps, fps) if fps else None
+        cap = max(decode_ceiling_fps / fps, 1.0) if fps else math.inf
+        for r in rows:  # nothing downstream can make the run outpace its input
+            if r["predicted_speedup"] > cap:
+                r["predicted_speedup"] = cap
+                r["evidence"] += f"; capped at the input-only ceiling ({cap:.2f}x)"
+    rows = [r for r in rows if r["predicted_speedup"] >= min_gain] + ([decode] if decode else [])
+    out = pd.DataFrame(rows, columns=ADVICE_COLUMNS).astype({"predicted_speedup": "float64"})
+    out = out.sort_values("predicted_speedup", ascending=False, kind="stable", ignore_index=True)
+    out["stage"] = out["stage"].astype(object).where(out["stage"].notna(), None)
+    found = (f"{len(out)} finding(s)" if len(out) else
+             f"nothing to find: no rule predicts {min_gain:g}x or more (no stage dominates, no measured wait, "
+             "copy or idle GPU time worth a step)")
+    out.attrs.update(stages=tuple(ev.stages), window=ev.window,
+                     note=f"{found}; {how or 'no stages'}; over {ev.where} ({ev.wall_ms:.0f} ms)")
+    return out
+
+
+def finding_sentence(row) -> str:
+    """A row of :func:`advise` in words: its finding, evidence and prediction with its basis."""
+    return (f"{row['finding']} ({row['evidence']}); predicted {row['predicted_speedup']:.2f}x, an "
+            f"{'upper bound' if row['basis'] == 'bound' else 'estimate'} assuming {row['assumptions']}.")
+
+
+def next_lever(report, **kwargs) -> str:
+    """One sentence naming the lever of the top finding of :func:`advise` (same arguments), in words."""
+    a = advise(report, **kwargs)
+    if a.empty:
+        return f"No lever worth a step: {a.attrs['note']}."
+    top = a.iloc[0]
+    return f"Next lever: {top['lever_text']} ({top['lever']}). {finding_sentence(top)}"

@@ -1,0 +1,135 @@
+"""The bottleneck sentence: which stage, thread or engine limited a run's throughput."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from labkit.stats.idle import busy_in, busy_intervals, engine_busy
+from labkit.report.window import windowed
+from labkit.stats.stages import _warmup_mask, domains, stage_labels
+
+__all__ = ["bottleneck", "Bottleneck"]
+
+
+WAIT_WORDS = ("wait", "idle", "queue", "sleep", "sync")
+"""Stage names containing one of these count as waiting, not as work, in :func:`bottleneck`."""
+
+
+# ----------------------------------------------------------------------------- bottleneck
+@dataclass(frozen=True)
+class Bottleneck:
+    """The stage and thread that bound throughput; ``str()`` gives the sentence."""
+
+    sentence: str
+    stage: str | None
+    thread: str | None
+    tid: int | None
+    thread_busy_frac: float
+    stage_ms: float
+    wall_ms: float
+    gpu_busy_frac: float
+    table: pd.DataFrame
+    copy_busy_frac: float = 0.0
+    gpu_bound: bool = False
+
+    def __str__(self) -> str:
+        return self.sentence
+
+
+def _is_wait(name: str) -> bool:
+    n = str(name).lower()
+    return any(w in n for w in WAIT_WORDS)
+
+
+@windowed
+def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
+    """Name the stage and the thread that bound throughput.
+
+    With ``warmup``, where ranges carry batch indices (payloads), only those past it count, the
+    wall span is theirs and it starts when the last warm-up batch has left the pipeline; without,
+    every range counts over the span of all (as in :func:`stage_table`). The busiest thread is the one whose work (ranges, minus waiting ranges such as
+    ``wait``/``queue``/``sync``, counted once where nested: self time) covers the largest share of
+    the wall span; its stage with the most self time is the bottleneck. A range over half the span
+    during which other ranges (of any thread) ran is an envelope (``main``, ``run``) and left
+    out; one with no range inside it is the deepest range, the work itself, and counts. Stages in different NVTX domains stay apart (``domain:name``).
+    The GPU is named only when kernels kept the SMs busier than any thread was busy; copy-engine
+    time is reported apart (``copy_busy_frac``) and never counts as GPU busy.
+
+    Returns: :class:`Bottleneck` (``str()`` is a sentence with the numbers; ``table`` has per
+    thread and stage: thread, tid, stage, domain, self_ms, thread_busy_frac).
+    """
+    nv = rep.nvtx
+    ranges = nv["kind"] != "mark"  # push/pop and start/end (a start/end range counts on the thread that opened it)
+    pp = nv[ranges & ~_warmup_mask(nv, warmup)] if warmup else nv[ranges]
+    pay = pp["payload"].astype("float64")
+    if warmup and pay.notna().any():
+        # steady state: the span of the batch-indexed ranges past warm-up, and every range inside
+        # it (setup such as an engine build happens before and says nothing about throughput)
+        # it starts when the last warm-up batch has left the pipeline (queued stages run ahead)
+        steady = pp[pay.notna() & (pay >= warmup)]
+        allpay = nv.loc[ranges, "payload"].astype("float64")
+        warm = nv[ranges][allpay.notna() & (allpay < warmup)]
+        w0, w1 = (int(steady["start_ns"].min()), int(steady["end_ns"].max())) if len(steady) else (0, 0)
+        if len(warm) and len(steady):
+            w0 = max(w0, int(warm["end_ns"].max()))
+        pp = pp[(pp["start_ns"] >= w0) & (pp["end_ns"] <= w1) & ~(pay.notna() & (pay < warmup))]
+    else:
+        w0, w1 = (int(pp["start_ns"].min()), int(pp["end_ns"].max())) if len(pp) else (0, 0)
+    wall_ns = w1 - w0
+    empty = pd.DataFrame(columns=["thread", "tid", "stage", "domain", "self_ms", "thread_busy_frac"])
+    if len(pp) == 0 or wall_ns <= 0:
+        return Bottleneck("No NVTX ranges in this report: annotate the stages (labkit.annotate) and profile again.",
+                          None, None, None, 0.0, 0.0, wall_ns / 1e6, 0.0, empty)
+    # self time: own duration minus direct children's durations
+    child = pp[pp["parent"] >= 0].groupby("parent")["duration_ns"].sum()
+    self_ns = pp["duration_ns"] - child.reindex(pp.index).fillna(0).to_numpy()
+    work = pp.assign(self_ns=self_ns.to_numpy(), wait=pp["name"].map(_is_wait).to_numpy(),
+                     stage=stage_labels(pp).to_numpy(), domain=domains(pp).to_numpy())
+    # envelopes such as "main" or "run" span most of the run and hold the work of others; a long
+    # range with nothing nested in it is the work itself
+    long = work.index[work["duration_ns"] >= 0.5 * wall_ns]
+    st, en = work["start_ns"].to_numpy(), work["end_ns"].to_numpy()
+    holds = [int(((st >= work.at[i, "start_ns"]) & (en <= work.at[i, "end_ns"])).sum()) > 1 for i in long]
+    envelope = work.index.isin([i for i, h in zip(long, holds) if h])
+    # a start/end range ended on another thread is a span across threads, not one thread's work
+    egt = work["end_global_tid"].astype("float64") if "end_global_tid" in work.columns else None
+    crossed = (work["kind"] != "push_pop") & egt.notna() & (egt >= 0) & (egt != work["global_tid"]) \
+        if egt is not None else False
+    work = work[~work["wait"] & ~envelope & ~crossed]
+    tname = work["thread_name"].fillna("").astype(str)
+    tid_s = work["tid"].astype(str)
+    work = work.assign(thread=np.where(tname != "", tname + " (tid " + tid_s + ")", "tid " + tid_s))
+    per = work.groupby(["global_tid", "thread", "tid", "stage", "domain"], sort=False)["self_ns"].sum().reset_index()
+    # a thread's busy time: the union of its work ranges (start/end ranges may overlap on one thread)
+    busy = pd.Series({g: int(np.sum(np.subtract(*busy_intervals(w["start_ns"].to_numpy(), w["end_ns"].to_numpy())[::-1])))
+                      for g, w in work.groupby("global_tid", sort=False)}, dtype="int64")
+    per["thread_busy_frac"] = per["global_tid"].map(busy) / wall_ns
+    per["self_ms"] = per["self_ns"] / 1e6
+    per = per.sort_values("self_ns", ascending=False, ignore_index=True)
+    table = per[["thread", "tid", "stage", "domain", "self_ms", "thread_busy_frac"]]
+    sm, se = engine_busy(rep, "sm")
+    cs, ce = engine_busy(rep, "copy")
+    gpu_frac = busy_in(sm, se, w0, w1) / wall_ns
+    copy_frac = busy_in(cs, ce, w0, w1) / wall_ns
+    wall_ms = wall_ns / 1e6
+    copies = f"; copies kept the copy engines busy {copy_frac:.0%} (apart: not GPU busy)" if copy_frac else ""
+    if len(per) == 0:
+        return Bottleneck("Only waiting ranges or envelopes were found; no stage did measurable work"
+                          f" (SM busy {gpu_frac:.0%}{copies}).", None, None, None,
+                          0.0, 0.0, wall_ms, gpu_frac, table, copy_frac, False)
+    top_tid = busy.idxmax()
+    frac = float(busy.max() / wall_ns)
+    row = per[per["global_tid"] == top_tid].iloc[0]
+    gpu_bound = gpu_frac > frac
+    if gpu_bound:
+        sentence = (f"The GPU bound throughput: kernels kept the SMs busy {gpu_frac:.0%} of {wall_ms:.1f} ms, more "
+                    f"than any thread was busy (busiest: {row['thread']} at {frac:.0%}, mostly '{row['stage']}')"
+                    f"{copies}.")
+    else:
+        sentence = (f"Stage '{row['stage']}' on thread {row['thread']} bound throughput: that thread was busy "
+                    f"{frac:.0%} of {wall_ms:.1f} ms, '{row['stage']}' itself {row['self_ns'] / 1e6:.1f} ms "
+                    f"({row['self_ns'] / wall_ns:.0%}); SM busy {gpu_frac:.0%}{copies}.")
+    return Bottleneck(sentence, str(row["stage"]), str(row["thread"]), int(row["tid"]), frac,
+                      float(row["self_ns"] / 1e6), wall_ms, gpu_frac, table, copy_frac, gpu_bound)

@@ -1,0 +1,255 @@
+"""The rules of :func:`labkit.advise`: each a function of the :class:`~labkit.judge.evidence.Evidence`
+returning finding rows (none when it does not apply, or when its measured cost is zero).
+
+Stage rules read the NVTX stages; CUDA rules read the CUDA API and GPU activity as ``nsys
+analyze``'s rules do (synchronizing APIs, synchronous memcpy/memset, async memcpy from pageable
+memory, GPU starvation, GPU low utilization), so they work on reports without annotations.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from labkit.stats import idle
+from labkit.stats import stages
+from labkit.judge.evidence import (DOMINANT_SHARE, IDLE_GAP_MS, LOW_GPU_BUSY, MANY_KERNELS, MANY_KERNELS_PER_BATCH,
+                                   TINY_KERNEL_US, UNDERFILL, Evidence, row)
+
+STAGE_TIMES = ("stage times were measured under the run's own contention for cores and change when the run "
+               "changes, so this is an estimate")
+OTHERS_KEEP = "the thread's other work and the kernels keep their measured times"
+
+
+# ----------------------------------------------------------------------------- stages
+def serial(ev: Evidence) -> list[dict]:
+    """Several stages one after another on the busiest thread: overlap them."""
+    if ev.load.empty:
+        return []
+    per = ev.load.groupby("tid")["ms"].sum()
+    tid = per.idxmax()
+    mine = ev.load[ev.load["tid"] == tid].groupby("stage", sort=False)["ms"].sum()
+    if len(mine) < 2:
+        return []
+    moved = pd.DataFrame({"tid": -1 - np.arange(len(mine)), "ms": mine.to_numpy()})  # new tids: negative
+    change = pd.concat([moved, pd.DataFrame({"tid": [tid], "ms": [-per[tid]]})], ignore_index=True)
+    top = mine.idxmax()
+    thread = ev.load.loc[ev.load["tid"] == tid, "thread"].iloc[0]
+    text = (f"{len(mine)} stages ({', '.join(mine.index)}) run on one thread ({thread}): {per[tid]:.0f} ms of stage "
+            f"time in {ev.wall_ms:.0f} ms; the largest, '{top}', is {mine[top]:.0f} ms ({mine[top] / per[tid]:.0%}), "
+            f"so overlapping the others gains about {per[tid]:.0f}/{mine[top]:.0f} at most")
+    return [row("serial_stages", "The stages run one after another on one thread", text, "overlap_stages",
+                ev.bound(change), "estimate",
+                f"each stage keeps its time on its own thread and there are cores for all of them; {STAGE_TIMES}")]
+
+
+def dominant(ev: Evidence) -> list[dict]:
+    """One stage takes most of the stage time: its own levers matter most."""
+    if ev.load.empty:
+        return []
+    per = ev.load.groupby("stage")["ms"].sum()
+    if len(per) < 2:  # one stage dominates nothing
+        return []
+    stage = per.idxmax()
+    ms, share = ev.share(stage)
+    if share < DOMINANT_SHARE:
+        return []
+    text = (f"'{stage}' is {ms:.0f} ms of {ev.load['ms'].sum():.0f} ms of stage time ({share:.0%}) in "
+            f"{ev.wall_ms:.0f} ms")
+    t = ev.table.assign(label=stages.stage_labels(ev.table.rename(columns={"stage": "name"})))
+    on_gpu = float(t.loc[t["label"] == stage, "gpu_ms"].sum()) > 0
+    lever = "gpu_offload" if len(ev.kernels) and not on_gpu else "cheaper_stage"
+    out = [row("dominant_stage", f"One stage, '{stage}', dominates", text + "; the prediction is the run with "
+               f"'{stage}' taking no time at all", lever, ev.bound(drop=[stage]), "estimate",
+               f"'{stage}' costs nothing and the other stages keep their times; {STAGE_TIMES}", stage)]
+    group = [stage] + [g for g in ev.skip_with if g != stage and g in set(ev.load["stage"])] \
+        if stage in ev.skip_with else [stage]
+    k = ev.skip_every
+    change = ev.load[ev.load["stage"].isin(group)].assign(ms=lambda d: -d["ms"] * (k - 1) / k)
+    out.append(row("skip_work", f"Stage '{stage}' could run on fewer items", text + f"; run on 1 item in {k}, "
+                   f"{', '.join(group)} would take 1/{k} of their time",
+                   "skip_work", ev.bound(change), "estimate",
+                   f"the stages {', '.join(group)} run on 1 item in {k} (K={k}) at their measured time per item; "
+                   f"{STAGE_TIMES}", stage))
+    return out
+
+
+def removable(ev: Evidence, stages) -> list[dict]:
+    """Stages the caller says the output does not need (``removable=``): their whole time is the gain."""
+    out = []
+    for stage in stages:
+        ms, share = ev.share(stage)
+        if ms <= 0:
+            continue
+        text = f"'{stage}' takes {ms:.0f} ms ({share:.0%} of stage time) and the output does not need it"
+        out.append(row("removable_stage", f"Stage '{stage}' can be switched off", text, "remove_stage",
+                       ev.bound(drop=[stage]), "estimate", f"the other stages keep their times; {STAGE_TIMES}",
+                       stage))
+    return out
+
+
+def underfilled(ev: Evidence) -> list[dict]:
+    """A stage's calls carry fewer items than its largest call: fill them (no padding assumed).
+
+    Calls are not padded, so a call's cost is fitted as a fixed part plus a part per item
+    (least squares over the calls); filling the batches saves the fixed part of the calls that
+    full batches make unnecessary. Without two different call sizes the fixed part cannot be
+    measured and no prediction is made."""
+    if not ev.batch_size or ev.table.empty:
+        return []
+    nv = ev.rep.nvtx
+    items = stages._items_per_range(nv)
+    lab = stages.stage_labels(nv)
+    out = []
+    for t in ev.table.itertuples():
+        label = lab[(nv["name"] == t.stage) & (stages.domains(nv) == t.domain)]
+        if t.instances == 0 or t.items <= 0 or len(label) == 0:
+            continue
+        stage = label.iloc[0]
+        calls, n = int(t.instances), int(t.items)
+        fill = n / (calls * ev.batch_size)
+        if fill >= UNDERFILL:
+            continue
+        r = nv[(lab == stage) & (nv["kind"] != "mark")]
+        r = r.assign(items=items[r.index.to_numpy()])
+        if ev.batches:
+            r = r[r["payload"].astype("float64") >= ev.warmup]
+        if r["items"].nunique() < 2:
+            continue
+        slope, fixed = np.polyfit(r["items"].to_numpy(float), r["duration_ns"].to_numpy(float) / 1e6, 1)
+        needed = math.ceil(n / ev.batch_size)
+        saved = fixed * (calls - needed)
+        if fixed <= 0 or saved <= 0:
+            continue
+        mine = ev.load[ev.load["stage"] == stage]
+        if mine.empty:
+            continue
+        change = pd.DataFrame({"tid": [mine.groupby("tid")["ms"].sum().idxmax()], "ms": [-saved]})
+        text = (f"'{stage}' ran {calls} calls on {n} items at batch size {ev.batch_size}: {fill:.0%} full "
+                f"({n / calls:.1f} items a call); a call costs {fixed:.1f} ms plus {slope:.1f} ms an item (fit over "
+                f"{len(r)} calls, no padding), so {needed} full calls would save {saved:.0f} ms")
+        out.append(row("underfilled_batches", f"The batches of '{stage}' are mostly empty", text, "batch",
+                       ev.bound(change), "estimate", "a call costs a fixed part plus a part per item, as fitted; "
+                       f"items can wait to fill a batch; {STAGE_TIMES}", stage))
+    return out
+
+
+# ----------------------------------------------------------------------------- CUDA API and GPU
+def _names(calls: pd.DataFrame) -> str:
+    return ", ".join(f"{n} x{c}" for n, c in calls["name"].astype(str).value_counts().head(4).items())
+
+
+def sync_apis(ev: Evidence) -> list[dict]:
+    """Threads waited in synchronizing CUDA calls (nsys analyze: cuda_api_sync)."""
+    calls = ev.in_window(idle.sync_calls(ev.rep))
+    b, waited, tid = ev.waited_bound(calls)
+    if waited <= 0:
+        return []
+    text = (f"{len(calls)} synchronizing calls in {ev.wall_ms:.0f} ms ({_names(calls)}); thread {tid} waited in them "
+            f"{waited:.1f} ms; the SMs were busy {ev.sm_ms:.1f} ms")
+    return [row("sync_apis", "Threads wait for the GPU in synchronizing CUDA calls", text, "remove_sync", b, "bound",
+                f"only the time spent waiting in these calls is saved; {OTHERS_KEEP}")]
+
+
+def sync_copies(ev: Evidence) -> list[dict]:
+    """Synchronous memcpy/memset calls block their thread (nsys analyze: cuda_memcpy_sync)."""
+    cc = ev.in_window(idle.copy_calls(ev.rep))
+    calls = cc[cc["blocking"] & ~cc["name"].astype(str).str.contains("Async", regex=False)] if len(cc) else cc
+    b, waited, tid = ev.waited_bound(calls, ev.copy_ms)
+    if waited <= 0:
+        return []
+    text = (f"{len(calls)} synchronous copy or memset calls ({_names(calls)}); thread {tid} was blocked in them "
+            f"{waited:.1f} ms of {ev.wall_ms:.0f} ms; the copy engines were busy {ev.copy_ms:.1f} ms")
+    return [row("sync_memcpy", "Synchronous copies block the host", text, "overlap_copies", b, "bound",
+                "the copies still take their copy-engine time but overlap other work; " + OTHERS_KEEP)]
+
+
+def pageable(ev: Evidence) -> list[dict]:
+    """Async copies to or from pageable memory run synchronously (nsys analyze: cuda_memcpy_async)."""
+    cc = ev.in_window(idle.copy_calls(ev.rep))
+    calls = cc[cc["pageable"] & cc["name"].astype(str).str.contains("Async", regex=False)] if len(cc) else cc
+    b, waited, tid = ev.waited_bound(calls, ev.copy_ms)
+    if waited <= 0:
+        return []
+    m = ev.rep.memcpy
+    mb = float(m.merge(calls[["pid", "correlation_id"]], on=["pid", "correlation_id"])["bytes"].sum()) / 1e6
+    text = (f"{len(calls)} asynchronous copy calls touch pageable host memory ({mb:.1f} MB), so they ran "
+            f"synchronously; thread {tid} was blocked in them {waited:.1f} ms of {ev.wall_ms:.0f} ms")
+    return [row("pageable_memcpy", "Asynchronous copies use pageable host memory", text, "pin_memory", b, "bound",
+                "pinned, the copies keep their copy-engine time but no longer block the thread; " + OTHERS_KEEP)]
+
+
+def starvation(ev: Evidence) -> list[dict]:
+    """The SMs idle while the host is in no traced call: a host-side stall (nsys analyze:
+    gpu_starvation; HTA's idle breakdown)."""
+    if len(ev.kernels) == 0 or ev.wall_ms <= 0:
+        return []
+    br = idle.gpu_idle_breakdown(ev.rep, min_gap_ms=IDLE_GAP_MS, window=ev.window)
+    stall = float(br["untraced_ns"].sum()) / 1e6
+    if stall <= 0:
+        return []
+    tot = br.attrs["totals_ms"]
+    g = br.iloc[0]
+    text = (f"{len(br)} gaps of {IDLE_GAP_MS:g} ms or more with no kernel running, {br['duration_ns'].sum() / 1e6:.0f} ms "
+            f"in all: the host was in a copy {tot['copy']:.0f} ms, in a sync {tot['sync']:.0f} ms, in other CUDA "
+            f"calls {tot['cuda']:.0f} ms, and in nothing traced {stall:.0f} ms (a host-side stall: compilation, "
+            f"Python, I/O); the longest gap {g['duration_ns'] / 1e6:.1f} ms")
+    b = ev.wall_ms / max(ev.wall_ms - stall, ev.sm_ms, 1e-9)
+    return [row("gpu_starvation", "The GPU waits for host work nothing traced (a host-side stall)", text,
+                "overlap_stages", b, "bound", "only the untraced host time in the gaps is saved (it overlaps the "
+                "kernels instead); the kernels keep their measured times")]
+
+
+def low_utilization(ev: Evidence) -> list[dict]:
+    """The SMs are busy less than half the window (nsys analyze: gpu_time_util)."""
+    if len(ev.kernels) == 0 or ev.wall_ms <= 0 or ev.sm_ms <= 0:
+        return []
+    busy = ev.sm_ms / ev.wall_ms
+    if busy >= LOW_GPU_BUSY:
+        return []
+    text = (f"kernels kept the SMs busy {busy:.1%} of {ev.wall_ms:.0f} ms ({ev.sm_ms:.1f} ms; copies "
+            f"{ev.copy_ms:.1f} ms apart, not counted)")
+    return [row("gpu_low_utilization", "The GPU's SMs are idle most of the time", text, "batch", ev.wall_ms / ev.sm_ms,
+                "bound", "no run is faster than its kernels at their measured times; reaching it needs all host "
+                "work and copies overlapped with them")]
+
+
+def launch_bound(ev: Evidence) -> list[dict]:
+    """Many tiny kernels: the launches, not the GPU, set the pace."""
+    k = ev.kernels
+    if len(k) == 0:
+        return []
+    med_us = float(k["duration_ns"].median()) / 1e3
+    many = len(k) / ev.batches >= MANY_KERNELS_PER_BATCH if ev.batches else len(k) >= MANY_KERNELS
+    if med_us >= TINY_KERNEL_US or not many:
+        return []
+    api = ev.in_window(ev.rep.cuda_api)
+    launches = api[api["name"].astype(str).str.contains("Launch", regex=False)]
+    b, waited, tid = ev.waited_bound(launches)
+    if waited <= 0:
+        return []
+    text = (f"{len(k)} kernels in {ev.wall_ms:.0f} ms" + (f" ({len(k) / ev.batches:.0f} a batch)" if ev.batches else "")
+            + f", median {med_us:.1f} us; {len(launches)} launch calls; thread {tid} spent {waited:.1f} ms in them")
+    return [row("launch_bound", "Many tiny kernels: the run is launch-bound", text, "cuda_graphs", b, "bound",
+                "a graph replay costs nothing next to the launches it replaces; " + OTHERS_KEEP)]
+
+
+def gpu_bound(ev: Evidence) -> list[dict]:
+    """The kernels kept the SMs busier than any thread: the GPU's work itself bounds the run."""
+    if len(ev.kernels) == 0 or ev.load.empty or ev.wall_ms <= 0:
+        return []
+    busiest = float(ev.load.groupby("tid")["ms"].sum().max())
+    if ev.sm_ms <= busiest:
+        return []
+    text = (f"kernels kept the SMs busy {ev.sm_ms:.0f} ms of {ev.wall_ms:.0f} ms, more than the busiest thread's "
+            f"{busiest:.0f} ms of stage time (copies {ev.copy_ms:.0f} ms apart)")
+    b = ev.wall_ms / busiest if busiest > 0 else math.inf
+    return [row("gpu_bound", "The GPU's kernels bound the run", text, lever, b, "bound",
+                "even kernels taking no time leave the busiest thread's stage time") for lever in
+            ("reduce_precision", "compile")]
+
+
+RULES = (serial, dominant, underfilled, sync_apis, sync_copies, pageable, starvation, low_utilization, launch_bound,
+         gpu_bound)
+"""Every rule but ``removable`` (which needs the caller's list): a function of the evidence."""

@@ -1,0 +1,256 @@
+"""Run Nsight Systems: record a command, export a report to SQLite; both return paths.
+
+``record`` builds a safe ``nsys profile`` command line (no CPU sampling, no context-switch
+trace: sampling hangs Debian's nsys 2022.4 here, and both bloat the report) and streams the
+program's output to a log beside the report while showing elapsed time on one updating line.
+Loading is :mod:`labkit.report`'s job (``labkit.profile`` = record + export + load).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shlex
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from labkit.errors import LabkitError, check_writable, output_error, output_tail as _tail
+from labkit.record.proc import (child_setup, exit_reason, process_reason, program_lines, remove_stream_files as
+                                _remove_stream_files)
+from labkit.record.proc import wait_with_progress as _wait_with_progress
+from labkit.record.export import report_identity
+from labkit.record.tool import NsysError, NsysNotFoundError, _nsys_or_raise, supports_option
+
+__all__ = ["record", "Recording", "profile_command", "supports_option", "report_identity", "recording_notes", "NsysError", "NsysNotFoundError", "CaptureRangeError", "ProgramFailedError", "ReportExistsError", "PROFILE_SPACE"]
+
+PROFILE_SPACE = 64 << 20
+"""Free bytes a profile needs before nsys starts, in the report's folder and in the temporary
+folder (an estimate: a short run's .nsys-rep, its .sqlite and nsys's .qdstrm are a few MB each)."""
+
+
+class ProgramFailedError(NsysError):
+    """The profiled program exited with a non-zero status (nsys passes it through)."""
+
+
+class CaptureRangeError(NsysError):
+    """The requested capture range never started, so nsys wrote no report."""
+
+
+class ReportExistsError(LabkitError):
+    """A report of that name is already there and overwrite was not asked for."""
+
+
+def profile_command(command: Sequence[str], *, output: Path, trace=("cuda", "nvtx"), capture_range=None,
+                    nsys_args: Sequence[str] = (), overwrite: bool = False, nsys: str = "nsys",
+                    graph_nodes: bool = True) -> list[str]:
+    """The ``nsys profile`` argv that :func:`record` runs (exposed for tests and notebooks).
+
+    ``graph_nodes``: with CUDA traced, record each CUDA-graph node as its own kernel
+    (``--cuda-graph-trace=node``; nsys's default records a whole graph as one row), unless
+    ``nsys_args`` already choose.
+    """
+    trace = ",".join(trace) if not isinstance(trace, str) else trace
+    argv = [nsys, "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none",
+            f"--output={output}", f"--force-overwrite={'true' if overwrite else 'false'}"]
+    extra = list(nsys_args)
+    if graph_nodes and "cuda" in trace.split(",") and not any(a.startswith("--cuda-graph-trace") for a in extra):
+        argv.append("--cuda-graph-trace=node")
+    if capture_range:
+        if capture_range == "cudaProfilerApi":
+            argv.append("--capture-range=cudaProfilerApi")
+        else:
+            # an NVTX range name, in any domain ("NAME@DOMAIN" passes through as given)
+            name = capture_range if "@" in capture_range else f"{capture_range}@*"
+            argv += ["--capture-range=nvtx", f"--nvtx-capture={name}"]
+        if not any(a.startswith("--capture-range-end") for a in extra):
+            # keep the program running to its end (its output and exit code stay whole)
+            argv.append("--capture-range-end=stop")
+    return argv + extra + list(command)
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What :func:`record` wrote: the report, the program's log, and how it was made."""
+
+    nsys_rep: Path
+    log: Path
+    argv: list
+    wall_s: float
+    nsys: str
+
+
+def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profiles", capture_range=None,
+           nsys_args: Sequence[str] = (), env: dict | None = None, overwrite: bool = False,
+           progress: bool = True, nsys: str | None = None) -> Recording:
+    """Run ``command`` under ``nsys profile``; return the paths written (nothing is loaded).
+
+    Args:
+        command: argv list, or a string split like a shell would.
+        name: report name: writes ``outdir/name.nsys-rep`` and ``outdir/name.log``.
+        trace: nsys ``--trace`` APIs (keep it small: osrt/cudnn/cublas make reports huge).
+        capture_range: None (whole run), "cudaProfilerApi", or an NVTX range name
+            (``"measure"`` or ``"measure@domain"``): only that range is recorded, so warm-up
+            stays out. Unregistered NVTX strings are matched (NSYS_NVTX_PROFILER_REGISTER_ONLY=0).
+        nsys_args: extra nsys options, added before the command.
+        env: extra environment variables for the program.
+        overwrite: replace an existing report of the same name.
+        progress: one updating line with the elapsed time (a terminal, or a widget in Jupyter).
+    Returns: :class:`Recording` (``nsys_rep``, ``log``, ``argv``, ``wall_s``, ``nsys``).
+    Raises: NsysNotFoundError, ReportExistsError (also while another run records the same name),
+        CaptureRangeError, ProgramFailedError, NsysError, OutputError (folder not writable, disk full);
+        KeyboardInterrupt after Ctrl-C, once nsys has stopped the program and written what it could.
+    """
+    argv_cmd = shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
+    if not argv_cmd:
+        raise NsysError("empty command: pass the program to profile, e.g. ['python', 'app.py']")
+    outdir = Path(outdir)
+    base = outdir / name
+    rep, db, log = base.with_suffix(".nsys-rep"), base.with_suffix(".sqlite"), base.with_suffix(".log")
+    exe = _nsys_or_raise(nsys)
+    run_env = {**os.environ, **(env or {})}
+    tmp = run_env.get("TMPDIR") or tempfile.gettempdir()  # nsys's; Python's skips a full one for /tmp
+    check_writable(outdir, need_bytes=PROFILE_SPACE, what="write the report into")
+    check_writable(tmp, need_bytes=PROFILE_SPACE // 2, what="write nsys's temporary .qdstrm into")
+    # the name is reserved for this run (see _reserve), so nsys may replace the placeholder
+    # nsys 2022.4 starts its program with umask 0000 (every file it makes world-writable): restore 022
+    argv = profile_command(["/bin/sh", "-c", 'umask 022 && exec "$@"', argv_cmd[0], *argv_cmd], output=base, trace=trace, capture_range=capture_range,
+                           nsys_args=nsys_args, overwrite=True, nsys=exe,
+                           graph_nodes=supports_option(exe, "--cuda-graph-trace"))
+    if capture_range and capture_range != "cudaProfilerApi":
+        run_env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")
+    t0 = time.monotonic()
+    with _reserve(rep, db, log, overwrite) as logf:
+        logf.write(f"# {shlex.join(argv)}\n")
+        logf.flush()
+        try:
+            # its own session: a terminal's Ctrl-C reaches labkit only, which hands nsys one SIGINT
+            # umask 022 for nsys and its program; nsys gets SIGTERM (it stops the program) if we die
+            proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=run_env,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=child_setup(signal.SIGTERM))
+        except OSError as exc:
+            raise NsysNotFoundError(f"cannot run {exe} ({exc}): install nsys with scripts/install-nsys "
+                                    f"or set LABKIT_NSYS") from None
+        interrupted = _wait_with_progress(proc, f"nsys profile {name}", progress)
+        output = log.read_text(errors="replace")
+        _remove_stream_files(output, outdir)
+        written = rep.exists() and rep.stat().st_size > 0
+        if written:
+            _write_note(logf, rep, proc.returncode, interrupted)
+    if interrupted == 1:
+        kept = f"the report nsys finished is kept: {rep}" if written else "nsys wrote no report"
+        raise KeyboardInterrupt(f"interrupted: nsys stopped the program; {kept} (its output: {log})")
+    if interrupted:
+        kept = f"{rep} may be incomplete" if written else "no report was kept"
+        raise KeyboardInterrupt(f"interrupted again: nsys was stopped before it finished; {kept} (its output: {log})")
+    if proc.returncode != 0:
+        if written:  # nsys passes the program's exit status through and still writes the report
+            err = ProgramFailedError(f"the profiled program {exit_reason(proc.returncode)} (the report of its run so "
+                                     f"far is kept: {rep}; full log: {log}); its last lines:\n"
+                                     f"{program_lines(output) or '(it printed nothing)'}")
+            err.reason = process_reason(proc.returncode, program_lines(output, 200), "the profiled program")
+            raise err
+        check_writable(outdir, need_bytes=PROFILE_SPACE, what="write the report into")  # a disk filled meanwhile
+        raise NsysError(f"nsys profile {exit_reason(proc.returncode)} after "
+                        f"{time.monotonic() - t0:.1f} s; its output (full log: {log}):\n{_tail(output)}")
+    if not written:
+        if capture_range:
+            raise CaptureRangeError(
+                f"capture range {capture_range!r} never started, so nsys wrote no report: check that the "
+                f"program opens that NVTX range (or calls cudaProfilerStart) and that -t includes nvtx/cuda; "
+                f"program output: {log}")
+        check_writable(tmp, need_bytes=PROFILE_SPACE // 2,  # a full TMPDIR stops nsys's import
+                       what="write nsys's temporary .qdstrm into (set TMPDIR to a folder with room)")
+        qd = base.with_suffix(".qdstrm")
+        hint = (" (only a .qdstrm was left: nsys's importer is missing; run scripts/install-nsys to fix it)"
+                if qd.exists() else "")
+        raise NsysError(f"nsys finished but wrote no {rep.name}{hint}; its output:\n{_tail(output)}")
+    return Recording(nsys_rep=rep, log=log, argv=argv, wall_s=round(time.monotonic() - t0, 3), nsys=exe)
+
+
+@contextlib.contextmanager
+def _reserve(rep: Path, db: Path, log: Path, overwrite: bool):
+    """Reserve a report name for one run and yield its log, open for writing.
+
+    The log is locked (``flock``) for the whole run, so a second run of the same name is refused
+    instead of writing over the first one's files; without ``overwrite`` the report name is
+    also taken with ``O_EXCL`` (an empty placeholder nsys replaces), so an existing report is
+    never touched. Raises ReportExistsError, OutputError.
+    """
+    try:
+        try:
+            fd, created = os.open(log, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            fd, created = os.open(log, os.O_RDWR), False
+    except OSError as exc:
+        raise output_error(log, exc, need_bytes=PROFILE_SPACE) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ReportExistsError(f"{rep} is being recorded by another run right now (its log {log} is in use): "
+                                    f"choose another name, or wait for that run to finish") from None
+        try:
+            if overwrite:
+                for p in (rep, db):
+                    p.unlink(missing_ok=True)
+            elif db.exists():
+                raise FileExistsError(db)
+            os.close(os.open(rep, os.O_WRONLY | os.O_CREAT | (0 if overwrite else os.O_EXCL), 0o644))
+        except FileExistsError as exc:
+            raise ReportExistsError(f"{exc.filename or rep} already exists: pass overwrite=True (CLI: --overwrite) "
+                                    f"or choose another name") from None
+        except OSError as exc:
+            raise output_error(rep, exc, need_bytes=PROFILE_SPACE) from None
+    except BaseException:
+        if created:
+            log.unlink(missing_ok=True)
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    with os.fdopen(fd, "w") as logf:  # closing it releases the lock
+        try:
+            yield logf
+        finally:
+            if rep.exists() and rep.stat().st_size == 0:
+                rep.unlink()  # the reservation, never filled: whatever stopped the run
+
+
+_NOTE = "# labkit: "
+
+
+def _write_note(logf, rep: Path, status: int, interrupted: int) -> None:
+    """Record, as the log's last line, how the program ended (read by :func:`recording_notes`)."""
+    i = report_identity(rep)
+    logf.write(f"\n{_NOTE}exit_status={status} interrupted={interrupted} report={i['size']}:{i['sha256']}\n")
+    logf.flush()
+
+
+def recording_notes(rep_path) -> list[str]:
+    """Notes a report must carry about how it was recorded: the program was killed or failed, or
+    the run was interrupted, so the report covers only part of it. Read from the last line of
+    the log :func:`record` wrote beside it; empty for a whole run, a report labkit did not
+    record, or one replaced since."""
+    rep_path = Path(rep_path).with_suffix(".nsys-rep")
+    try:  # the log's last note, of this very report
+        lines = rep_path.with_suffix(".log").read_text(errors="replace").splitlines()
+        note = dict(kv.split("=", 1) for kv in next(x for x in reversed(lines) if x.startswith(_NOTE))
+                    [len(_NOTE):].split())
+        ident = report_identity(rep_path)
+    except (OSError, StopIteration, ValueError):
+        return []
+    if note.get("report") != f"{ident['size']}:{ident['sha256']}":
+        return []
+    notes = []
+    if int(note.get("interrupted", 0)):
+        notes.append("the run was interrupted (Ctrl-C): this report covers only the part before it")
+    status = int(note.get("exit_status", 0))
+    if status:
+        notes.append(f"the profiled program {exit_reason(status)}: this report covers only its run up to then, "
+                     f"not a whole run")
+    return notes

@@ -1,0 +1,53 @@
+"""Read the CPU side of an export: threads, the processes the profile is about, OS runtime calls."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from labkit.report.reader import _TID_MASK, OSRT_COLUMNS, _Db, _empty, _lookup, _names
+
+__all__ = ["read_threads", "profiled_pids", "read_osrt"]
+
+
+def read_threads(db: _Db, strings: np.ndarray) -> pd.DataFrame:
+    if not db.has("ThreadNames", "nameId", "globalTid"):
+        return pd.DataFrame({"global_tid": pd.Series(dtype="int64"), "tid": pd.Series(dtype="int64"),
+                             "pid": pd.Series(dtype="int64"), "thread_name": pd.Series(dtype=object)})
+    c = db.cols("ThreadNames", ["globalTid", "nameId"])
+    df = pd.DataFrame({"global_tid": c["globalTid"], "thread_name": _lookup(strings, c["nameId"])})
+    df = df.drop_duplicates("global_tid", keep="last").reset_index(drop=True)
+    g = df["global_tid"].to_numpy()
+    df.insert(1, "tid", g & _TID_MASK)
+    df.insert(2, "pid", (g >> 24) & _TID_MASK)
+    return df
+
+
+def profiled_pids(db: _Db) -> set[int]:
+    """The processes the profile is about: those with CUDA or NVTX events (ProcessStreams, CUDA API
+    calls, GPU work, NVTX), else those with OS runtime calls; empty when the export cannot tell
+    (then every thread counts). ThreadNames also lists the machine's other processes."""
+    def pids(table: str, col: str) -> set[int]:
+        if not db.has(table, col):
+            return set()
+        return {int(r[0]) for r in db.scalar_rows(f"SELECT DISTINCT ([{col}] >> 24) & {_TID_MASK} FROM [{table}] "
+                                                   f"WHERE [{col}] IS NOT NULL", table)}
+    out = pids("ProcessStreams", "globalPid") | pids("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid") \
+        | pids("NVTX_EVENTS", "globalTid")
+    for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        if not out:
+            out |= pids(t, "globalPid")
+    return out or pids("OSRT_API", "globalTid")
+
+
+def read_osrt(db: _Db, strings: np.ndarray) -> pd.DataFrame:
+    """OS runtime calls (``-t osrt``): name, thread, times, return value, event class (27: a call)."""
+    t = "OSRT_API"
+    if not db.has(t, "start", "end", "nameId"):
+        return _empty(OSRT_COLUMNS)
+    c = db.cols(t, ["start", "end", "globalTid", "nameId", "returnValue", "eventClass"])
+    g = c["globalTid"]
+    return pd.DataFrame({
+        "name": _names(strings, c["nameId"]), "tid": g & _TID_MASK, "pid": (g >> 24) & _TID_MASK,
+        "global_tid": g, "start_ns": c["start"], "end_ns": c["end"], "duration_ns": c["end"] - c["start"],
+        "return_value": c["returnValue"], "event_class": c["eventClass"], "name_id": c["nameId"],
+    })

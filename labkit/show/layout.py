@@ -1,0 +1,121 @@
+"""The rows and colours of a report's timeline, shared by the static timeline
+(:mod:`labkit.show.timeline`), the interactive one (:mod:`labkit.show.interactive`) and the
+Perfetto export's thread names (:mod:`labkit.show.perfetto`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from labkit.errors import LabkitError
+from labkit.style import GPU_COLORS, colour_map
+
+__all__ = ["NothingToDraw", "Row", "layout", "colours", "colour_key", "thread_labels"]
+
+_GENERIC_THREAD_NAMES = {"", "python", "python3", "nan", "None"}
+
+
+class NothingToDraw(LabkitError):
+    """The report holds no NVTX range, GPU operation or CUDA API call in the window."""
+
+
+def thread_labels(nv: pd.DataFrame) -> dict:
+    """A readable name per thread, with its tid: its own name when it has one, ``main`` for a
+    process's first thread, else the stage it spends most time in (``decode (tid 12)``)."""
+    labels = {}
+    for gtid, g in nv.groupby("global_tid", sort=True):
+        own = str(g["thread_name"].dropna().iloc[0]) if g["thread_name"].notna().any() else ""
+        tid = int(g["tid"].iloc[0])
+        if own not in _GENERIC_THREAD_NAMES:
+            name = own
+        elif (g["tid"] == g["pid"]).all():
+            name = "main"
+        else:
+            top = g[g["depth"] == g["depth"].min()].groupby("name", observed=True)["duration_ns"].sum()
+            name = str(top.idxmax()) if len(top) else "thread"
+        labels[gtid] = f"{name} (tid {tid})"
+    if len(set(nv["pid"])) > 1:  # several processes: say which
+        pids = nv.groupby("global_tid")["pid"].first()
+        labels = {g: f"{lab[:-1]}, pid {pids[g]})" for g, lab in labels.items()}
+    return labels
+
+
+@dataclass
+class Row:
+    """One row of a timeline: its label, its events (a frame with start_ns, end_ns, name) and
+    what colours them: ``"name"`` (NVTX ranges: one colour per range name, NVTX domain
+    included), ``"api"`` (CUDA API calls, one grey) or ``"category"`` (kernel, memcpy, memset)."""
+
+    label: str
+    events: pd.DataFrame
+    how: str
+
+
+def colour_key(events: pd.DataFrame, how: str) -> np.ndarray:
+    """Per event, the key its colour is looked up by (:func:`colours`)."""
+    if how == "api":
+        return np.full(len(events), "cuda_api", dtype=object)
+    if how == "name":
+        names = events["name"].astype(str).to_numpy(dtype=object)
+        if "domain" in events.columns:  # IO:read and Compute:read are two ranges, two colours
+            dom = events["domain"].fillna("").astype(str).to_numpy(dtype=object)
+            return np.where(dom == "", names, dom + ":" + names)
+        return names
+    return events[how].astype(str).to_numpy(dtype=object)
+
+
+def colours(rows: list[Row]) -> dict:
+    """Colour per key for one figure: stages as :data:`labkit.style.STAGE_COLORS`, every other
+    range name its own (no two names share one, :func:`labkit.style.colour_map`), GPU work and
+    CUDA API calls as :data:`labkit.style.GPU_COLORS`."""
+    names = [k for r in rows if r.how == "name" for k in pd.unique(colour_key(r.events, "name"))]
+    out = colour_map(names)
+    out.update({k: v for k, v in GPU_COLORS.items()})
+    return out
+
+
+def layout(report, *, window=None, max_depth: int = 2) -> tuple[list[Row], int, int]:
+    """The rows of a timeline, top to bottom, and its window (start_ns, end_ns): per thread and
+    NVTX domain, one row per nesting level (default domain first); then, per GPU stream, a row of
+    the CUDA API calls that launched its work above the row of that work. Shared by
+    :func:`plot_timeline` and :func:`labkit.show.interactive.interactive_timeline`."""
+    nv = report.nvtx
+    nv = nv[nv["kind"] != "mark"]
+    gpu, api = report.gpu_ops(), report.cuda_api
+    frames = [df for df in (nv, gpu, api) if len(df)]
+    if window is None:
+        window = (min(df["start_ns"].min() for df in frames), max(df["end_ns"].max() for df in frames)) if frames \
+            else (0, 1)
+    w0, w1 = int(window[0]), max(int(window[1]), int(window[0]) + 1)
+    nv, gpu, api = (df[(df["end_ns"] >= w0) & (df["start_ns"] <= w1)] for df in (nv, gpu, api))
+    rows = []
+    labels = thread_labels(nv) if len(nv) else {}
+    dom_col = nv["domain"].fillna("").astype(str) if "domain" in nv.columns else pd.Series("", index=nv.index)
+    for (gtid, dom), g in nv.groupby([nv["global_tid"], dom_col], sort=True):
+        # depth counted within the domain: levels present, renumbered from 0
+        levels = sorted(set(g["depth"]))
+        for d, gd in g.groupby("depth", sort=True):
+            level = levels.index(d)
+            if level > max_depth:
+                continue
+            label = labels[gtid] + (f" [{dom}]" if dom else "")
+            rows.append(Row(label if level == 0 else f"{label} ·{level}", gd, "name"))
+    if len(gpu):
+        owner = gpu[["pid", "correlation_id", "device_id", "stream_id"]].drop_duplicates(["pid", "correlation_id"])
+        api = api.merge(owner, on=["pid", "correlation_id"], how="left")
+        other = api[api["stream_id"].isna()]
+        if len(other):
+            rows.append(Row("CUDA API (other calls)", other, "api"))
+        for (dev, stream), gs in gpu.groupby(["device_id", "stream_id"], sort=True):
+            calls = api[(api["device_id"] == dev) & (api["stream_id"] == stream)]
+            if len(calls):
+                rows.append(Row(f"CUDA API → stream {stream}", calls, "api"))
+            rows.append(Row(f"GPU {dev} stream {stream}", gs, "category"))
+    elif len(api):
+        rows.append(Row("CUDA API (no GPU work recorded)", api, "api"))
+    if not rows:
+        raise NothingToDraw(f"nothing to draw in {getattr(report, 'path', 'the report')} between {w0} and {w1} ns: "
+                            "no NVTX range, GPU operation or CUDA API call; profile with trace 'cuda,nvtx' and "
+                            "annotate the program (labkit.annotate), or widen the window")
+    return rows, w0, w1
