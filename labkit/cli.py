@@ -159,7 +159,7 @@ def cli_profile(argv: list[str]) -> int:
                                 description="Run a command under nsys; keep .nsys-rep, .sqlite and the program log.")
     p.add_argument("--name", help="report name (default: the program's file name)")
     p.add_argument("--outdir", default=str(reports_dir() / "profiles"))
-    p.add_argument("--trace", default="cuda,nvtx")
+    p.add_argument("--trace", default="cuda,nvtx,osrt")
     p.add_argument("--capture-range", default=None,
                    help="cudaProfilerApi, or an NVTX range name that starts the capture")
     p.add_argument("--overwrite", action="store_true")

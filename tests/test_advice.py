@@ -133,7 +133,12 @@ def test_low_utilization_counts_kernels_only_and_fires_on_the_h100_pipeline():
     k = h100().kernels
     s, e = idle.busy_intervals(k["start_ns"].to_numpy(), k["end_ns"].to_numpy())
     sm = np.clip(e, w0, w1) - np.clip(s, w0, w1)
-    assert r["predicted_speedup"] == pytest.approx((w1 - w0) / sm.sum(), rel=1e-6) and r["basis"] == "bound"
+    # no run is faster than its kernels (wall / SM busy), and batching the host's launches leaves the
+    # other threads' work: the prediction is capped at what the lever can remove (Amdahl), and says so
+    assert r["predicted_speedup"] <= (w1 - w0) / sm.sum() + 1e-9 and r["basis"] == "bound"
+    assert r["predicted_speedup"] <= r["window_ms"] / (r["window_ms"] - r["saves_ms"]) * (1 + 1e-9)
+    if r["predicted_speedup"] < (w1 - w0) / sm.sum():
+        assert "capped at" in r["evidence"]
     assert "gpu_low_utilization" not in set(advise(baseline(), warmup=16)["rule"])  # no GPU at all
 
 

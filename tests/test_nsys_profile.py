@@ -36,7 +36,7 @@ def run(tmp_path_factory):
 
 def test_profile_command_has_safe_defaults():
     argv = profile_command(["python", "a.py"], output=Path("r/x"), capture_range="measure", nsys="nsys")
-    assert "--sample=none" in argv and "--cpuctxsw=none" in argv and "--trace=cuda,nvtx" in argv
+    assert "--sample=none" in argv and "--cpuctxsw=none" in argv and "--trace=cuda,nvtx,osrt" in argv  # nsys's own default
     assert "--capture-range=nvtx" in argv and "--nvtx-capture=measure@*" in argv
     assert argv[-2:] == ["python", "a.py"]
     argv = profile_command(["app"], output=Path("x"), capture_range="cudaProfilerApi", nsys="nsys")

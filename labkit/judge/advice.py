@@ -16,11 +16,12 @@ import math
 
 import pandas as pd
 
-from labkit.judge import rules as advice_rules
-from labkit.stats import stages as analysis
-from labkit.judge.evidence import ADVICE_COLUMNS, DECODE_BOUND, LEVERS, MIN_GAIN, SKIP_EVERY, Evidence, row
 from labkit.errors import LabkitError
+from labkit.judge import rules as advice_rules
+from labkit.judge.accounting import account, steady_window_of
+from labkit.judge.evidence import ADVICE_COLUMNS, DECODE_BOUND, LEVERS, MIN_GAIN, SKIP_EVERY, Evidence, row
 from labkit.report.window import windowed
+from labkit.stats import stages as analysis
 
 __all__ = ["advise", "next_lever", "finding_sentence", "AdviseError", "ADVICE_COLUMNS", "LEVERS", "annotated_stages",
            "MIN_GAIN"]
@@ -57,8 +58,31 @@ def _input_bound(ceiling: float, fps: float) -> dict | None:
                max(ceiling / fps, 1.0), "estimate", "the input-only run was measured apart, under other contention")
 
 
+def advise(report, *, window=None, within=None, steady: bool = True, **kwargs) -> pd.DataFrame:
+    """Findings about what holds a profiled run back (:func:`_advise` has the arguments and columns).
+
+    The window: ``window=(start_ns, end_ns)`` or ``within="range"`` as given; otherwise, with
+    ``steady=True`` (the default) and no ``warmup``, the steady window past start-up
+    (:func:`labkit.judge.accounting.steady_window_of`: the first instances of the repeated range, or
+    everything before the first kernel launch, left out); ``steady=False`` keeps the whole trace.
+    ``attrs["note"]`` says which window was used and why.
+    """
+    if not hasattr(report, "nvtx") or not hasattr(report, "cuda_api"):
+        raise AdviseError(f"advise needs a report loaded with labkit.load_report(path), not a "
+                          f"{type(report).__name__}")
+    why = None
+    if window is None and within is None and steady and not kwargs.get("warmup"):
+        (w0, w1), why = steady_window_of(report)
+        if (w0, w1) != analysis.trace_span(report):
+            window = (w0, w1)
+    out = _advise(report, window=window, within=within, **kwargs)
+    if why:
+        out.attrs["note"] = f"{out.attrs['note']}; {why}"
+    return out
+
+
 @windowed
-def advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float | None = None,
+def _advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float | None = None,
            fps: float | None = None, batch_size: int | None = None, removable=(), skip_with=(),
            skip_every: int = SKIP_EVERY, min_gain: float = MIN_GAIN) -> pd.DataFrame:
     """Findings about what holds a profiled run back, each with its evidence, lever and prediction.
@@ -93,7 +117,10 @@ def advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float | 
         stages, how = analysis.choose_stages(report)
     ev = Evidence(report, stages, how, warmup, batch_size)
     ev.skip_with, ev.skip_every = tuple(skip_with), int(skip_every)
+    ev.acc = account(report, window=ev.window)
     rows = [r for rule in advice_rules.RULES for r in rule(ev)] + advice_rules.removable(ev, removable)
+    for r in rows:
+        _amdahl(r, ev)
     decode = None
     if decode_ceiling_fps:
         fps = fps or _steady_fps(ev)
@@ -104,6 +131,10 @@ def advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float | 
                 r["predicted_speedup"] = cap
                 r["evidence"] += f"; capped at the input-only ceiling ({cap:.2f}x)"
     rows = [r for r in rows if r["predicted_speedup"] >= min_gain] + ([decode] if decode else [])
+    for r in rows:  # what each prediction removes from the window, after every cap
+        p = float(r["predicted_speedup"])
+        r["window_ms"] = float(ev.wall_ms)
+        r["saves_ms"] = ev.wall_ms - ev.wall_ms / p if p > 0 and math.isfinite(p) else float(ev.wall_ms)
     out = pd.DataFrame(rows, columns=ADVICE_COLUMNS).astype({"predicted_speedup": "float64"})
     out = out.sort_values("predicted_speedup", ascending=False, kind="stable", ignore_index=True)
     out["stage"] = out["stage"].astype(object).where(out["stage"].notna(), None)
@@ -113,6 +144,38 @@ def advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float | 
     out.attrs.update(stages=tuple(ev.stages), window=ev.window,
                      note=f"{found}; {how or 'no stages'}; over {ev.where} ({ev.wall_ms:.0f} ms)")
     return out
+
+
+GPU_LEVERS = ("reduce_precision", "compile", "cuda_graphs")
+"""Levers that shorten the GPU's own work: the SMs' busy time is no floor for them."""
+
+
+def _amdahl(r: dict, ev: Evidence) -> None:
+    """Cap a finding at what its lever can remove, and say so: ``window_ms`` is the window,
+    ``saves_ms`` the time the prediction removes from it. The lever touches at most the finding's
+    stage (its work time in the window) or, for a finding about no stage, everything but the
+    busiest resource it leaves alone (another thread, or the SMs for a host-side lever); the
+    prediction never exceeds ``window_ms / (window_ms - saves_ms)``."""
+    w = float(ev.wall_ms)
+    r["window_ms"] = w
+    acc = ev.acc
+    b = acc.busiest
+    other = acc.floor_ms(without_thread=int(b["global_tid"]) if b is not None else None,
+                         gpu=r["lever"] not in GPU_LEVERS)
+    if r["lever"] in GPU_LEVERS and acc.limiter == "gpu" and b is not None:
+        other = max(other, float(b["busy_ms"]))  # faster kernels leave every thread's own work
+    touch = w - other
+    if r.get("stage") is not None and not ev.load.empty:
+        stage_ms = float(ev.load.loc[ev.load["stage"] == r["stage"], "ms"].sum())
+        if stage_ms > 0:
+            touch = min(touch, stage_ms)
+    touch = min(max(touch, 0.0), w)
+    limit = w / (w - touch) if w - touch > 0 else math.inf
+    p = float(r["predicted_speedup"])
+    if p > limit:
+        r["predicted_speedup"] = p = limit
+        r["evidence"] += f"; capped at {limit:.2f}x: the lever removes at most {touch:.0f} of {w:.0f} ms"
+    r["saves_ms"] = w - w / p if p > 0 and math.isfinite(p) else touch
 
 
 def finding_sentence(row) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait
 from labkit.stats.idle import busy_in, busy_intervals, engine_busy
 from labkit.report.window import windowed
 from labkit.stats.stages import _warmup_mask, domains, stage_labels
@@ -13,8 +14,6 @@ from labkit.stats.stages import _warmup_mask, domains, stage_labels
 __all__ = ["bottleneck", "Bottleneck"]
 
 
-WAIT_WORDS = ("wait", "idle", "queue", "sleep", "sync")
-"""Stage names containing one of these count as waiting, not as work, in :func:`bottleneck`."""
 
 
 # ----------------------------------------------------------------------------- bottleneck
@@ -38,9 +37,13 @@ class Bottleneck:
         return self.sentence
 
 
-def _is_wait(name: str) -> bool:
-    n = str(name).lower()
-    return any(w in n for w in WAIT_WORDS)
+def _busy_ns(ranges: pd.DataFrame, blocked) -> int:
+    """Time covered by ``ranges`` (one thread's) during which that thread was not blocked."""
+    s, e = busy_intervals(ranges["start_ns"].to_numpy(), ranges["end_ns"].to_numpy())
+    total = int(np.sum(e - s))
+    if blocked is None or total == 0:
+        return total
+    return total - int(blocked_in(pd.DataFrame({"global_tid": 0, "start_ns": s, "end_ns": e}), {0: blocked}).sum())
 
 
 @windowed
@@ -82,10 +85,15 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     if len(pp) == 0 or wall_ns <= 0:
         return Bottleneck("No NVTX ranges in this report: annotate the stages (labkit.annotate) and profile again.",
                           None, None, None, 0.0, 0.0, wall_ns / 1e6, 0.0, empty)
-    # self time: own duration minus direct children's durations
-    child = pp[pp["parent"] >= 0].groupby("parent")["duration_ns"].sum()
-    self_ns = pp["duration_ns"] - child.reindex(pp.index).fillna(0).to_numpy()
-    work = pp.assign(self_ns=self_ns.to_numpy(), wait=pp["name"].map(_is_wait).to_numpy(),
+    # self time: own duration minus direct children's durations, and minus the time the thread was
+    # blocked inside it and not inside a child (a sleep, a lock, a sync: waiting is not work)
+    blocked = blocked_intervals(rep)
+    own_blocked = pd.Series(blocked_in(pp, blocked), index=pp.index)
+    child = pp[pp["parent"] >= 0].groupby("parent")[["duration_ns"]].sum()
+    child_blocked = own_blocked[pp["parent"] >= 0].groupby(pp.loc[pp["parent"] >= 0, "parent"]).sum()
+    self_ns = (pp["duration_ns"] - child["duration_ns"].reindex(pp.index).fillna(0).to_numpy()
+               - (own_blocked - child_blocked.reindex(pp.index).fillna(0)).clip(lower=0).to_numpy())
+    work = pp.assign(self_ns=self_ns.to_numpy(), wait=pp["name"].map(is_wait).to_numpy(),
                      stage=stage_labels(pp).to_numpy(), domain=domains(pp).to_numpy())
     # envelopes such as "main" or "run" span most of the run and hold the work of others; a long
     # range with nothing nested in it is the work itself
@@ -103,8 +111,9 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     work = work.assign(thread=np.where(tname != "", tname + " (tid " + tid_s + ")", "tid " + tid_s))
     per = work.groupby(["global_tid", "thread", "tid", "stage", "domain"], sort=False)["self_ns"].sum().reset_index()
     # a thread's busy time: the union of its work ranges (start/end ranges may overlap on one thread)
-    busy = pd.Series({g: int(np.sum(np.subtract(*busy_intervals(w["start_ns"].to_numpy(), w["end_ns"].to_numpy())[::-1])))
-                      for g, w in work.groupby("global_tid", sort=False)}, dtype="int64")
+    # minus the time it was blocked inside them
+    busy = pd.Series({g: _busy_ns(w, blocked.get(int(g))) for g, w in work.groupby("global_tid", sort=False)},
+                     dtype="int64")
     per["thread_busy_frac"] = per["global_tid"].map(busy) / wall_ns
     per["self_ms"] = per["self_ns"] / 1e6
     per = per.sort_values("self_ns", ascending=False, ignore_index=True)
@@ -122,14 +131,19 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     top_tid = busy.idxmax()
     frac = float(busy.max() / wall_ns)
     row = per[per["global_tid"] == top_tid].iloc[0]
-    gpu_bound = gpu_frac > frac
-    if gpu_bound:
+    gpu_bound = gpu_frac > frac and gpu_frac >= copy_frac
+    sm = f"SM busy {gpu_frac:.0%}" if (gpu_frac or copy_frac) else "no GPU work"
+    if copy_frac > max(frac, gpu_frac):
+        sentence = (f"Copies bound throughput: the copy engines were busy {copy_frac:.0%} of {wall_ms:.1f} ms, more "
+                    f"than the SMs ({gpu_frac:.0%}) or any thread (busiest: {row['thread']} at {frac:.0%}, mostly "
+                    f"'{row['stage']}').")
+    elif gpu_bound:
         sentence = (f"The GPU bound throughput: kernels kept the SMs busy {gpu_frac:.0%} of {wall_ms:.1f} ms, more "
                     f"than any thread was busy (busiest: {row['thread']} at {frac:.0%}, mostly '{row['stage']}')"
                     f"{copies}.")
     else:
         sentence = (f"Stage '{row['stage']}' on thread {row['thread']} bound throughput: that thread was busy "
                     f"{frac:.0%} of {wall_ms:.1f} ms, '{row['stage']}' itself {row['self_ns'] / 1e6:.1f} ms "
-                    f"({row['self_ns'] / wall_ns:.0%}); SM busy {gpu_frac:.0%}{copies}.")
+                    f"({row['self_ns'] / wall_ns:.0%}); {sm}{copies}.")
     return Bottleneck(sentence, str(row["stage"]), str(row["thread"]), int(row["tid"]), frac,
                       float(row["self_ns"] / 1e6), wall_ms, gpu_frac, table, copy_frac, gpu_bound)

@@ -39,7 +39,7 @@ LEVERS = {
 """Lever id -> what the lever does, in general words (the contract with a program's own mapping)."""
 
 ADVICE_COLUMNS = ["finding", "evidence", "lever", "lever_text", "predicted_speedup", "basis", "assumptions", "rule",
-                  "stage"]
+                  "stage", "saves_ms", "window_ms"]
 
 # Thresholds. Each is the point past which the finding is worth a step.
 MIN_GAIN = 1.05  # the CPU baseline's spread over 3 repeats was 3.9 % (ledger.reference.jsonl): below, noise

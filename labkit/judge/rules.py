@@ -203,8 +203,8 @@ def starvation(ev: Evidence) -> list[dict]:
 
 def low_utilization(ev: Evidence) -> list[dict]:
     """The SMs are busy less than half the window (nsys analyze: gpu_time_util)."""
-    if len(ev.kernels) == 0 or ev.wall_ms <= 0 or ev.sm_ms <= 0:
-        return []
+    if len(ev.kernels) == 0 or ev.wall_ms <= 0 or ev.sm_ms <= 0 or ev.acc.limiter == "gpu":
+        return []  # the SMs are idle most of the time only where they are not the busiest resource
     busy = ev.sm_ms / ev.wall_ms
     if busy >= LOW_GPU_BUSY:
         return []
@@ -237,8 +237,8 @@ def launch_bound(ev: Evidence) -> list[dict]:
 
 def gpu_bound(ev: Evidence) -> list[dict]:
     """The kernels kept the SMs busier than any thread: the GPU's work itself bounds the run."""
-    if len(ev.kernels) == 0 or ev.load.empty or ev.wall_ms <= 0:
-        return []
+    if len(ev.kernels) == 0 or ev.load.empty or ev.wall_ms <= 0 or ev.acc.limiter != "gpu":
+        return []  # named only when the accounting finds the SMs the busiest resource
     busiest = float(ev.load.groupby("tid")["ms"].sum().max())
     if ev.sm_ms <= busiest:
         return []

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from labkit.record.nsys import TRACE
 from labkit.env import find_nsys, reports_dir
 from labkit.errors import LabkitError, check_writable, output_tail
 from labkit.ranks.reports import Reports, RanksError, load_reports, rank_from_name
@@ -82,7 +83,7 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
             continue
 
 
-def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=("cuda", "nvtx"),
+def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=TRACE,
                   nsys_args: Sequence[str] = (), env: dict | None = None, overwrite: bool = False,
                   torchrun_args: Sequence[str] = (), timeout_s: float | None = None, processes: int | None = None,
                   nsys: str | None = None) -> Reports:

@@ -26,11 +26,16 @@ from labkit.record.proc import wait_with_progress as _wait_with_progress
 from labkit.record.export import report_identity
 from labkit.record.tool import NsysError, NsysNotFoundError, _nsys_or_raise, supports_option
 
-__all__ = ["record", "Recording", "profile_command", "supports_option", "report_identity", "recording_notes", "NsysError", "NsysNotFoundError", "CaptureRangeError", "ProgramFailedError", "ReportExistsError", "PROFILE_SPACE"]
+__all__ = ["record", "Recording", "profile_command", "supports_option", "report_identity", "recording_notes", "NsysError",
+           "NsysNotFoundError", "CaptureRangeError", "ProgramFailedError", "ReportExistsError", "PROFILE_SPACE", "TRACE"]
 
 PROFILE_SPACE = 64 << 20
 """Free bytes a profile needs before nsys starts, in the report's folder and in the temporary
 folder (an estimate: a short run's .nsys-rep, its .sqlite and nsys's .qdstrm are a few MB each)."""
+
+TRACE = ("cuda", "nvtx", "osrt")
+"""What labkit traces by default, as ``nsys profile``'s own default does: CUDA, NVTX and OS runtime
+calls (sleeps, waits, locks and blocking reads are blocked time, not work: labkit.stats.blocked)."""
 
 
 class ProgramFailedError(NsysError):
@@ -45,7 +50,7 @@ class ReportExistsError(LabkitError):
     """A report of that name is already there and overwrite was not asked for."""
 
 
-def profile_command(command: Sequence[str], *, output: Path, trace=("cuda", "nvtx"), capture_range=None,
+def profile_command(command: Sequence[str], *, output: Path, trace=TRACE, capture_range=None,
                     nsys_args: Sequence[str] = (), overwrite: bool = False, nsys: str = "nsys",
                     graph_nodes: bool = True) -> list[str]:
     """The ``nsys profile`` argv that :func:`record` runs (exposed for tests and notebooks).
@@ -84,7 +89,7 @@ class Recording:
     nsys: str
 
 
-def record(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profiles", capture_range=None,
+def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", capture_range=None,
            nsys_args: Sequence[str] = (), env: dict | None = None, overwrite: bool = False,
            progress: bool = True, nsys: str | None = None) -> Recording:
     """Run ``command`` under ``nsys profile``; return the paths written (nothing is loaded).

@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from labkit.record.nsys import TRACE
 from labkit.report.reader import (_TID_MASK, CUDA_API_COLUMNS, GRAPH_COLUMNS, GRAPH_TABLE, KERNEL_COLUMNS,
                                   MEMCPY_COLUMNS, MEMSET_COLUMNS, NVTX_COLUMNS, OSRT_COLUMNS, PROJECTION_COLUMNS,
                                   SUMMARY_COLUMNS, SYNC_COLUMNS, ReportError, _Db, _empty, _pid, _read_cuda_api,
@@ -293,7 +294,7 @@ def _load_tables(db: _Db, path: Path) -> Report:
                   _db=db, _strings=strings)
 
 
-def profile(command, *, name: str, trace=("cuda", "nvtx"), outdir="reports/profiles", capture_range=None,
+def profile(command, *, name: str, trace=TRACE, outdir="reports/profiles", capture_range=None,
             nsys_args: Sequence[str] = (), env: dict | None = None, overwrite: bool = False,
             progress: bool = True, nsys: str | None = None) -> Report:
     """Run ``command`` under ``nsys profile``, export the report to SQLite and load it.

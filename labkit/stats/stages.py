@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.stats.idle import busy_intervals, gpu_idle_breakdown, gpu_idle_gaps, gpu_utilization
+from labkit.stats.blocked import blocked_in, blocked_intervals
 from labkit.stats.summaries import gpu_projection
 from labkit.report.window import windowed
 
@@ -109,7 +110,9 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
             range nested inside them.
     Ranges of the same name in different NVTX domains are different stages (one row each).
 
-    Returns: stage, domain ('' for the default domain), instances, items, cpu_ms, cpu_ms_per_instance, cpu_ms_per_item, gpu_ms
+    Returns: stage, domain ('' for the default domain), instances, items, cpu_ms, blocked_ms (of cpu_ms, the time its
+        thread was blocked inside its ranges: sleeps, waits, locks, syncs, blocking copies; :mod:`labkit.stats.blocked`),
+        cpu_ms_per_instance, cpu_ms_per_item, gpu_ms
         (projected: first to last GPU op launched inside each instance, summed), gpu_ms_per_item,
         wall_share (cpu_ms over the wall span of the ranges kept after the warm-up
         filter; above 1 when threads overlap), threads.
@@ -123,8 +126,8 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
     wall_ns = int(r["end_ns"].max() - r["start_ns"].min()) if len(r) else 0
     if stages is not None:
         r = r[r["name"].isin(list(stages)) | stage_labels(r).isin(list(stages))]
-    cols = ["stage", "domain", "instances", "items", "cpu_ms", "cpu_ms_per_instance", "cpu_ms_per_item", "gpu_ms",
-            "gpu_ms_per_item", "wall_share", "threads"]
+    cols = ["stage", "domain", "instances", "items", "cpu_ms", "blocked_ms", "cpu_ms_per_instance", "cpu_ms_per_item",
+            "gpu_ms", "gpu_ms_per_item", "wall_share", "threads"]
     if len(r) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object if c in ("stage", "domain") else "float64") for c in cols})
     proj = gpu_projection(rep)
@@ -132,12 +135,13 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
     if len(proj):
         pj = proj.set_index("nvtx_index")["proj_duration_ns"]
         gpu = pj.reindex(r.index).fillna(0).astype("int64")
-    r = r.assign(gpu_ns=gpu.to_numpy(), domain=domains(r))
+    r = r.assign(gpu_ns=gpu.to_numpy(), domain=domains(r), blocked_ns=blocked_in(r, blocked_intervals(rep)))
     g = r.groupby(["domain", "name"], sort=False)
     out = pd.DataFrame({
         "instances": g.size(),
         "items": g["items"].sum(),
         "cpu_ms": g["duration_ns"].sum() / 1e6,
+        "blocked_ms": g["blocked_ns"].sum() / 1e6,
         "gpu_ms": g["gpu_ns"].sum() / 1e6,
         "threads": g["global_tid"].nunique(),
     })

@@ -1,0 +1,51 @@
+"""Invariants of the judgement on every real report we hold (tests/fixtures, other people's included):
+no prediction above its own Amdahl limit, no two findings that contradict each other or the
+accounting, blocked time apart from work, and the steady window inside the trace."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+import labkit
+from labkit.judge.accounting import account, steady_window_of
+from labkit.stats.stages import trace_span
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPORTS = sorted(p for p in FIXTURES.rglob("*.sqlite"))
+
+
+def _load(path):
+    try:
+        return labkit.load_report(path)
+    except labkit.LabkitError as exc:  # an export this nsys cannot read is tested elsewhere
+        pytest.skip(f"{path.name}: {exc}")
+
+
+@pytest.mark.parametrize("path", REPORTS, ids=[p.stem for p in REPORTS])
+def test_judgement_invariants_hold_on_every_report(path):
+    rep = _load(path)
+    t0, t1 = trace_span(rep)
+    (w0, w1), why = steady_window_of(rep)
+    assert t0 <= w0 < w1 <= t1 or (t0, t1) == (w0, w1), why
+    for steady in (True, False):
+        a = labkit.advise(rep, steady=steady)
+        for _, r in a.iterrows():
+            p, w, s = r["predicted_speedup"], r["window_ms"], r["saves_ms"]
+            assert p >= 1.0 - 1e-9 and 0 <= s <= w + 1e-6, r["rule"]
+            if math.isfinite(p) and w > s:
+                assert p <= w / (w - s) * (1 + 1e-6), (r["rule"], p, w, s)  # never above its own Amdahl limit
+            assert not (r["basis"] == "bound" and s <= 0), r["rule"]  # a finding that removes nothing bounds nothing
+        rules = set(a["rule"])
+        assert not {"gpu_bound", "gpu_low_utilization"} <= rules  # the GPU is never both the limit and idle
+        if len(a):
+            acc = account(rep, window=a.attrs["window"])
+            assert ("gpu_bound" in rules) <= (acc.limiter == "gpu")
+            for _, t in acc.threads.iterrows():  # blocked time is apart from work: the parts add up
+                parts = t["work_ms"] + t["blocked_ms"] + t["cuda_ms"] + t["untraced_ms"]
+                assert parts == pytest.approx(t["extent_ms"], abs=1e-3)
+                assert t["busy_ms"] <= t["extent_ms"] - t["blocked_ms"] + 1e-6
+    b = labkit.bottleneck(rep)
+    if b.gpu_bound:  # the GPU is named only when its SMs were busier than every thread and the copies
+        assert b.gpu_busy_frac > b.thread_busy_frac and b.gpu_busy_frac >= b.copy_busy_frac
