@@ -28,7 +28,7 @@ ifeq ($(EXISTING),1)
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 endif
 
-.PHONY: lab test jupyter browser doctor env reset clean-reports timings
+.PHONY: lab test jupyter browser nsys-ui doctor env reset clean-reports timings
 
 $(STAMP): pyproject.toml
 ifeq ($(EXISTING),1)
@@ -66,6 +66,14 @@ jupyter: $(STAMP)
 browser: $(STAMP)
 	@$(PY) -c "import jupyterlab, ipywidgets, selenium" 2>/dev/null || $(PY) -m pip install -q $(if $(EXISTING),jupyterlab ipywidgets selenium,-e ".[jupyter,test]")
 	$(PY) scripts/browser_lab.py all --solutions --mode small
+
+# The real Nsight Systems GUI (nsys-ui) of REPORT in the browser: a virtual display (Xvfb), a VNC
+# server on the loopback (x11vnc) and noVNC (websockify) on PORT (default 6080; IP=0.0.0.0 for every
+# interface). Prints the URL; Ctrl-C stops it all. Works as root. Needs nsys (scripts/install-nsys) and
+# `apt-get install xvfb xauth xdotool x11vnc novnc websockify`; no Python package (python3 alone).
+REPORT ?= reports/reference/gui/baseline.nsys-rep
+nsys-ui:
+	@$(PYTHON) scripts/nsys_ui.py "$(REPORT)" --port $(if $(filter command line environment,$(origin PORT)),$(PORT),6080) --ip $(IP)
 
 doctor: $(STAMP)
 	$(PY) -m labkit doctor --probe
