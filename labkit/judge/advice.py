@@ -148,14 +148,18 @@ def _advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float |
 
 GPU_LEVERS = ("reduce_precision", "compile", "cuda_graphs")
 """Levers that shorten the GPU's own work: the SMs' busy time is no floor for them."""
+LAUNCH_RULES = ("gpu_low_utilization", "launch_bound")
+"""Findings whose lever (batching, graphs) removes launch calls: they save at most the busiest
+thread's time in them."""
 
 
 def _amdahl(r: dict, ev: Evidence) -> None:
     """Cap a finding at what its lever can remove, and say so: ``window_ms`` is the window,
     ``saves_ms`` the time the prediction removes from it. The lever touches at most the finding's
-    stage (its work time in the window) or, for a finding about no stage, everything but the
-    busiest resource it leaves alone (another thread, or the SMs for a host-side lever); the
-    prediction never exceeds ``window_ms / (window_ms - saves_ms)``."""
+    stage (its work time in the window), the busiest thread's launch calls for a launch finding
+    (:data:`LAUNCH_RULES`) or, for any other finding, everything but the busiest resource it leaves
+    alone (another thread, or the SMs for a host-side lever); the prediction never exceeds
+    ``window_ms / (window_ms - saves_ms)``."""
     w = float(ev.wall_ms)
     r["window_ms"] = w
     acc = ev.acc
@@ -165,6 +169,11 @@ def _amdahl(r: dict, ev: Evidence) -> None:
     if r["lever"] in GPU_LEVERS and acc.limiter == "gpu" and b is not None:
         other = max(other, float(b["busy_ms"]))  # faster kernels leave every thread's own work
     touch = w - other
+    if r["rule"] in LAUNCH_RULES and b is not None:  # fewer launches save the launch calls, nothing else
+        api = ev.in_window(ev.rep.cuda_api)
+        mine = api[(api["global_tid"] == b["global_tid"]) & api["name"].astype(str).str.contains("Launch",
+                                                                                                    regex=False)]
+        touch = min(touch, float(mine["duration_ns"].sum()) / 1e6)
     if r.get("stage") is not None and not ev.load.empty:
         stage_ms = float(ev.load.loc[ev.load["stage"] == r["stage"], "ms"].sum())
         if stage_ms > 0:
