@@ -51,7 +51,7 @@ _TABLE = {
     "stats.idle": ("gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown"),
     "stats.copies": ("copy_table", "pageable_copies"),
     "stats.kernels": ("kernel_percentiles", "launch_latency", "queue_depth", "stream_summary", "copy_bandwidth"),
-    "stats.compare": ("compare", "plot_compare"),
+    "stats.compare": ("compare", "headline", "plot_compare"),
     "judge.bottleneck": ("bottleneck",),
     "judge.advice": ("advise", "next_lever"),
     "show.timeline": ("plot_timeline",),

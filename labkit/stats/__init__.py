@@ -2,7 +2,7 @@
 from labkit.api import exports
 
 __getattr__, __dir__, __all__ = exports(__name__, {
-    "compare": ["plot_compare", "COMPARE_COLUMNS"],  # compare(): labkit.compare (labkit.stats.compare is the module)
+    "compare": ["plot_compare", "headline", "Headline", "COMPARE_COLUMNS"],  # compare(): labkit.compare (labkit.stats.compare is the module)
     "copies": ["copy_table", "pageable_copies"],
     "kernels": ["kernel_percentiles", "launch_latency", "queue_depth", "stream_summary", "copy_bandwidth"],
     "idle": ["busy_intervals", "gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown", "SYNC_CALLS", "SM_KINDS", "COPY_KINDS", "sync_calls", "copy_calls"],
