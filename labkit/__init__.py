@@ -15,7 +15,9 @@ rooms below it (tests/test_architecture.py):
   ``memcpy_size_summary``, ``osrt_summary``; each takes ``window=``/``within=``), ``stage_table``,
   ``batches``, ``steady_window``, ``stage_overlap``, ``choose_stages``, GPU busy and idle time
   (``gpu_utilization``, ``gpu_idle_gaps``, ``gpu_idle_breakdown``, ``busy_intervals``), copies
-  (``copy_table``, ``pageable_copies``), two reports (``compare(a, b)``, ``plot_compare``)
+  (``copy_table``, ``pageable_copies``), kernel statistics as nsys recipes and HTA give them
+  (``kernel_percentiles``, ``launch_latency``, ``queue_depth``, ``stream_summary``, ``copy_bandwidth``),
+  two reports (``compare(a, b)``, ``headline(a, b)``, ``plot_compare``)
 - ``labkit.judge``: ``bottleneck``, ``advise`` (findings with lever ids in general words, predicted
   speed-ups with their basis and assumptions), ``next_lever``
 - ``labkit.show``: ``plot_timeline`` (``interactive=True``: ``interactive_timeline``, Bokeh),
@@ -48,7 +50,8 @@ _TABLE = {
     "stats.stages": ("stage_table", "batches", "steady_window", "stage_overlap", "choose_stages"),
     "stats.idle": ("gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown"),
     "stats.copies": ("copy_table", "pageable_copies"),
-    "stats.compare": ("compare", "plot_compare"),
+    "stats.kernels": ("kernel_percentiles", "launch_latency", "queue_depth", "stream_summary", "copy_bandwidth"),
+    "stats.compare": ("compare", "headline", "plot_compare"),
     "judge.bottleneck": ("bottleneck",),
     "judge.advice": ("advise", "next_lever"),
     "show.timeline": ("plot_timeline",),

@@ -74,6 +74,7 @@ __all__ = [
     "results_marker",
     "is_results_file",
     "write_results",
+    "write_atomic",
     "read_results",
 ]
 
@@ -393,20 +394,36 @@ def write_results(path: str | os.PathLike, data: dict) -> None:
     """Write ``data`` (with the schema marker added) to ``path`` atomically: a temporary file in
     the same folder, renamed into place, so a reader never sees half a file."""
     doc = {**results_marker(), **data}
+    write_atomic(path, json.dumps(doc, indent=2, default=str) + "\n")
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str, *, overwrite: bool = True) -> None:
+    """Write ``data`` (str: UTF-8) to ``path`` atomically: a temporary file in the same folder,
+    moved into place, so a reader never sees half a file. With ``overwrite=False`` an existing
+    ``path`` is never replaced (FileExistsError; the move is a hard link, which fails if the name
+    exists). OSError is raised as met (callers word it: ``labkit.errors.output_error``)."""
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=".labkit-", suffix=".tmp", dir=folder)
     try:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would hide results that logs and the ledger show
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=2, default=str)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        if overwrite:
+            os.replace(tmp, path)
+            return
+        try:
+            os.link(tmp, path)  # fails with FileExistsError if path exists: nothing is replaced
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links: check, then move
+            if os.path.lexists(path):
+                raise FileExistsError(17, "File exists", str(path)) from None
+            os.replace(tmp, path)
+    finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise
 
 
 def read_results(path: str | os.PathLike) -> dict:

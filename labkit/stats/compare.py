@@ -1,10 +1,12 @@
-"""Compare two reports: per NVTX range (with its domain), kernel, CUDA API call and GPU memory
-operation, the counts and total times of each, and what changed (as HTA's TraceDiff or nsys's
-``diff`` recipe).
+"""Compare two reports: the headline first (wall and GPU time of each side's window: "B is 1.45x
+faster"), then per NVTX range (with its domain), kernel, CUDA API call and GPU memory operation,
+the counts and total times of each, and what changed (as HTA's TraceDiff or nsys's ``diff`` recipe).
 
     d = labkit.compare("before.nsys-rep", "after.nsys-rep")   # Reports or paths
+    print(d.attrs["headline"])                               # B is 1.45x faster: wall ...
     d.head(10)                                               # the biggest changes first
-    labkit.plot_compare(d)                                   # a matplotlib Figure
+    labkit.plot_compare("before.nsys-rep", "after.nsys-rep") # a matplotlib Figure (or plot_compare(d))
+    labkit.headline([a1, a2, a3], [b1, b2, b3])              # repeats a side: with a 95 % interval
 
 Rows come from the summaries that equal ``nsys stats`` (:mod:`labkit.stats.summaries`), so each total is
 the one nsys prints for that report. Sorted by how much each change moved the total: the absolute
@@ -12,10 +14,12 @@ time delta, descending. (``labkit.bench.tables.compare`` is a different thing: l
 """
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 import numpy as np
 import pandas as pd
 
-__all__ = ["compare", "plot_compare", "COMPARE_COLUMNS"]
+__all__ = ["compare", "headline", "Headline", "plot_compare", "COMPARE_COLUMNS"]
 
 COMPARE_COLUMNS = ["kind", "name", "domain", "count_a", "count_b", "delta_count", "total_a_ns", "total_b_ns",
                    "delta_ns", "delta_pct"]
@@ -45,28 +49,56 @@ def _rows(rep) -> pd.DataFrame:
     return out.groupby(["kind", "domain", "name"], sort=False, as_index=False)[["count", "total_ns"]].sum()
 
 
+def _side(x) -> list:
+    """One side of a comparison: a Report or path, or a list/tuple of them (repeats), loaded."""
+    items = list(x) if isinstance(x, (list, tuple)) else [x]
+    if not items:
+        from labkit.errors import LabkitError
+
+        raise LabkitError("compare: a side with no report: give a report, or a list of repeats of one run")
+    return [_as_report(i) for i in items]
+
+
+def _restricted(reps: list, window, within) -> list:
+    if window is None and within is None:
+        return reps
+    from labkit.report.window import restrict
+
+    return [restrict(r, window=window, within=within) for r in reps]
+
+
+def _mean_rows(reps: list) -> pd.DataFrame:
+    """:func:`_rows` of one report, or the per-report mean of several (absent rows count 0)."""
+    if len(reps) == 1:
+        return _rows(reps[0])
+    parts = [_rows(r) for r in reps]
+    allr = pd.concat(parts, ignore_index=True)
+    out = allr.groupby(["kind", "domain", "name"], sort=False, as_index=False)[["count", "total_ns"]].sum()
+    out[["count", "total_ns"]] = out[["count", "total_ns"]] / len(reps)
+    return out
+
+
 def compare(a, b, *, window=None, within=None) -> pd.DataFrame:
     """What changed from report ``a`` to report ``b``.
 
     Args:
-        a, b: Reports, or paths that :func:`labkit.load_report` loads.
+        a, b: Reports, or paths that :func:`labkit.load_report` loads; or a list of them per side
+            (repeats of one run: rows are per-report means, the headline has an interval).
         window, within: restrict both reports first (:func:`labkit.report.window.restrict`); ``within``
             must name a range both reports hold.
     Returns: one row per (kind, domain, name) present in either report, columns
         :data:`COMPARE_COLUMNS`: kind ("nvtx", "kernel", "cuda_api", "memory"), name, domain
         ('' outside NVTX), count_a/count_b (0 where absent), delta_count, total_a_ns/total_b_ns,
         delta_ns (b - a), delta_pct (of a's total; NaN where a had none); sorted by |delta_ns|
-        descending, then kind and name. ``attrs`` name the two reports.
+        descending, then kind and name. ``attrs``: ``a``, ``b`` (the reports' paths, joined by
+        ", " for repeats) and ``headline`` (:func:`headline`: read it first).
     """
-    from labkit.report.window import restrict
-
-    ra, rb = _as_report(a), _as_report(b)
-    if window is not None or within is not None:
-        ra, rb = restrict(ra, window=window, within=within), restrict(rb, window=window, within=within)
-    x, y = _rows(ra), _rows(rb)
+    ra, rb = _restricted(_side(a), window, within), _restricted(_side(b), window, within)
+    x, y = _mean_rows(ra), _mean_rows(rb)
     m = x.merge(y, on=["kind", "domain", "name"], how="outer", suffixes=("_a", "_b"))
+    whole = len(ra) == 1 and len(rb) == 1  # one report a side: counts and totals stay integers
     for c in ("count_a", "count_b", "total_ns_a", "total_ns_b"):
-        m[c] = m[c].fillna(0).astype("int64")
+        m[c] = m[c].fillna(0).astype("int64" if whole else "float64")
     out = pd.DataFrame({
         "kind": m["kind"], "name": m["name"], "domain": m["domain"], "count_a": m["count_a"], "count_b": m["count_b"],
         "delta_count": m["count_b"] - m["count_a"], "total_a_ns": m["total_ns_a"], "total_b_ns": m["total_ns_b"],
@@ -77,13 +109,149 @@ def compare(a, b, *, window=None, within=None) -> pd.DataFrame:
     out = out.assign(_abs=out["delta_ns"].abs(), _k=out["kind"].map({k: i for i, k in enumerate(_KINDS)}))
     out = out.sort_values(["_abs", "_k", "name"], ascending=[False, True, True], kind="stable", ignore_index=True)
     out = out[COMPARE_COLUMNS]
-    out.attrs.update(a=str(ra.path), b=str(rb.path))
+    out.attrs.update(a=", ".join(str(r.path) for r in ra), b=", ".join(str(r.path) for r in rb),
+                     headline=_headline(ra, rb, window, within))
     return out
 
 
-def plot_compare(diff: pd.DataFrame, *, top: int = 15, title: str | None = None):
-    """Horizontal bars of the ``top`` biggest changes of :func:`compare` (ms, b - a), one colour per
-    kind, longer bars first; returns a matplotlib Figure (no pyplot state)."""
+# ----------------------------------------------------------------------------- the headline
+@dataclass(frozen=True)
+class Headline:
+    """Wall and GPU time of each side's window and their ratios; ``str()`` is the sentence.
+
+    wall_*_ms / gpu_*_ms / copy_*_ms: per side, the mean over its reports of the window's wall time
+    (first to last event, within the window or ranges asked for), the SMs' busy time (kernels, union
+    over streams) and the copy engines' busy time. speedup = wall_a / wall_b (> 1: b is faster);
+    gpu_speedup likewise for GPU time (None where a side ran no kernel). *_interval: a 95 %
+    interval of the ratio of means when both sides have two reports or more (Welch t-interval,
+    delta method on the log ratio), else None. n_a, n_b: reports per side; where: the window."""
+
+    a: str
+    b: str
+    n_a: int
+    n_b: int
+    where: str
+    wall_a_ms: float
+    wall_b_ms: float
+    speedup: float | None
+    speedup_interval: tuple[float, float] | None
+    gpu_a_ms: float
+    gpu_b_ms: float
+    gpu_speedup: float | None
+    gpu_interval: tuple[float, float] | None
+    copy_a_ms: float
+    copy_b_ms: float
+    sentence: str
+
+    def __str__(self) -> str:
+        return self.sentence
+
+    def as_dict(self) -> dict:
+        """The fields as plain Python values (for JSON)."""
+        return asdict(self)
+
+
+def _window_times(rep) -> tuple[float, float, float]:
+    """(wall_ms, sm_busy_ms, copy_busy_ms) of a report's window: first to last event of the report
+    (clipped to the window's intervals where it was restricted), and the busy time of each engine."""
+    from labkit.stats.idle import busy_in, engine_busy
+    from labkit.stats.stages import trace_span
+
+    lo, hi = trace_span(rep)
+    spans = rep.meta.get("window") or [(lo, hi)]
+    cut = [(max(int(s), lo), min(int(e), hi)) for s, e in spans]
+    cut = [(s, e) for s, e in cut if e > s]
+    wall = sum(e - s for s, e in cut)
+    busy = []
+    for engine in ("sm", "copy"):
+        ms, me = engine_busy(rep, engine)
+        busy.append(sum(busy_in(ms, me, s, e) for s, e in cut))
+    return wall / 1e6, busy[0] / 1e6, busy[1] / 1e6
+
+
+def _ratio(a: np.ndarray, b: np.ndarray) -> tuple[float | None, tuple[float, float] | None]:
+    """Ratio of means a/b and its 95 % t-interval (delta method on log(mean a) - log(mean b), Welch
+    degrees of freedom); no interval with fewer than two values a side or no spread."""
+    ma, mb = float(np.mean(a)), float(np.mean(b))
+    if ma <= 0 or mb <= 0:
+        return None, None
+    r = ma / mb
+    if len(a) < 2 or len(b) < 2:
+        return r, None
+    from scipy import stats
+
+    va, vb = np.var(a, ddof=1) / (len(a) * ma * ma), np.var(b, ddof=1) / (len(b) * mb * mb)
+    se = float(np.sqrt(va + vb))
+    if se == 0:
+        return r, (r, r)
+    df = se**4 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
+    h = float(stats.t.ppf(0.975, df)) * se
+    return r, (r * float(np.exp(-h)), r * float(np.exp(h)))
+
+
+def _words(name: str, r: float | None, iv, a_ms: float, b_ms: float, *, ratio: bool = True) -> str:
+    """"wall 1,489.4 ms -> 1,027.2 ms: 1.45x faster (95 % interval 1.38x-1.52x)" (ratio a/b)."""
+    if r is None:
+        return f"{name} {a_ms:,.1f} ms -> {b_ms:,.1f} ms"
+    how = (f": {r:.2f}x faster" if r >= 1 else f": {1 / r:.2f}x slower") if ratio else ""
+    band = f" (95 % interval of a/b: {iv[0]:.2f}x-{iv[1]:.2f}x)" if iv else ""
+    return f"{name} {a_ms:,.1f} ms -> {b_ms:,.1f} ms{how}{band}"
+
+
+def _headline(ra: list, rb: list, window, within) -> Headline:
+    ta = np.array([_window_times(r) for r in ra])
+    tb = np.array([_window_times(r) for r in rb])
+    sp, spi = _ratio(ta[:, 0], tb[:, 0])
+    gsp, gi = _ratio(ta[:, 1], tb[:, 1])
+    where = (f"within the NVTX range {within!r}" if within is not None else
+             f"in the window {window[0] / 1e6:,.3f}-{window[1] / 1e6:,.3f} ms" if window is not None else
+             "over the whole trace of each report (first to last event)")
+    reps = f" (means of {len(ra)} and {len(rb)} reports)" if len(ra) > 1 or len(rb) > 1 else ""
+    if sp is None:
+        lead = "B: no time to compare (a side's window holds no event)"
+    else:
+        lead = f"B is {sp:.2f}x faster than A" if sp >= 1 else f"B is {1 / sp:.2f}x slower than A"
+        if spi and spi[0] <= 1 <= spi[1]:
+            lead += ", within the noise of the repeats"
+    parts = [_words("wall", sp, spi, ta[:, 0].mean(), tb[:, 0].mean(), ratio=False)]
+    if ta[:, 1].mean() > 0 or tb[:, 1].mean() > 0:
+        parts.append(_words("GPU (SMs busy)", gsp, gi, ta[:, 1].mean(), tb[:, 1].mean()))
+    sentence = f"{lead}: {'; '.join(parts)}; {where}{reps}."
+    return Headline(a=", ".join(str(r.path) for r in ra), b=", ".join(str(r.path) for r in rb), n_a=len(ra),
+                    n_b=len(rb), where=where, wall_a_ms=float(ta[:, 0].mean()), wall_b_ms=float(tb[:, 0].mean()),
+                    speedup=sp, speedup_interval=spi, gpu_a_ms=float(ta[:, 1].mean()), gpu_b_ms=float(tb[:, 1].mean()),
+                    gpu_speedup=gsp, gpu_interval=gi, copy_a_ms=float(ta[:, 2].mean()),
+                    copy_b_ms=float(tb[:, 2].mean()), sentence=sentence)
+
+
+def headline(a, b, *, window=None, within=None) -> Headline:
+    """The headline of :func:`compare` alone: wall and GPU time of each side's window ("B is 1.45x
+    faster"), with a 95 % interval when a side holds several reports (repeats).
+
+    Args: as :func:`compare` (a Report or path per side, or a list of them).
+    Returns: a :class:`Headline` (``str()``: the sentence; ``as_dict()``: its fields).
+    """
+    ra, rb = _restricted(_side(a), window, within), _restricted(_side(b), window, within)
+    return _headline(ra, rb, window, within)
+
+
+def plot_compare(a, b=None, *, top: int = 15, title: str | None = None, window=None, within=None):
+    """Horizontal bars of the ``top`` biggest changes (ms, b - a), one colour per kind, longer bars
+    first, under the headline; returns a matplotlib Figure (no pyplot state).
+
+    Args:
+        a, b: two reports (Reports or paths, or a list of repeats per side), compared with
+            :func:`compare` (``window``/``within`` go to it); or ``a`` alone: a frame :func:`compare`
+            returned.
+    """
+    if isinstance(a, pd.DataFrame) and b is None:
+        diff = a
+    elif b is None:
+        from labkit.errors import LabkitError
+
+        raise LabkitError("plot_compare takes two reports (a, b), or the frame labkit.compare(a, b) returned")
+    else:
+        diff = compare(a, b, window=window, within=within)
     from matplotlib.figure import Figure
 
     d = diff.head(top).iloc[::-1]
@@ -101,6 +269,8 @@ def plot_compare(diff: pd.DataFrame, *, top: int = 15, title: str | None = None)
             ax.barh([], [], color=c, label=k)
     if len(d):
         ax.legend(fontsize=8, loc="best")
-    a, b = diff.attrs.get("a", "a"), diff.attrs.get("b", "b")
-    ax.set_title(title or f"What changed: {a.rsplit('/', 1)[-1]} -> {b.rsplit('/', 1)[-1]}", fontsize=10)
+    name_a, name_b = (diff.attrs.get(k, k).rsplit("/", 1)[-1] for k in ("a", "b"))
+    head = diff.attrs.get("headline")
+    default = f"What changed: {name_a} -> {name_b}" + (f"\n{head.sentence.split(':')[0]}" if head else "")
+    ax.set_title(title or default, fontsize=10)
     return fig

@@ -1,0 +1,136 @@
+"""``python -m labkit advise|bottleneck|timeline|kernels|compare`` as real subprocesses on real
+exports: the JSON parses and agrees with the Python API, files are written only where asked and
+never over one without --overwrite, faults end in one line."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import labkit
+
+FIX = Path(__file__).parent / "fixtures"
+CPU, GPU = FIX / "pipeline.nsys2022.4.sqlite", FIX / "pipeline.nsys2025.3.sqlite"
+GPUTEST = FIX / "gputest.nsys2025.3.sqlite"
+
+
+def _run(*args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "labkit", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def _ok(*args, cwd=None) -> str:
+    r = _run(*args, cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("report", [CPU, GPUTEST], ids=["cpu", "gpu"])
+def test_advise_json_is_the_python_result(report):
+    got = json.loads(_ok("advise", report, "--json"))
+    want = labkit.advise(labkit.load_report(report))
+    assert got["note"] == want.attrs["note"] and got["window"] == list(want.attrs["window"])
+    assert [f["finding"] for f in got["findings"]] == list(want["finding"]) and len(want) > 0
+    assert [f["lever"] for f in got["findings"]] == list(want["lever"])
+    np.testing.assert_allclose([f["predicted_speedup"] for f in got["findings"]], want["predicted_speedup"])
+
+
+def test_advise_csv_and_text():
+    want = labkit.advise(labkit.load_report(CPU))
+    got = pd.read_csv(io.StringIO(_ok("advise", CPU, "--csv")))
+    assert list(got.columns) == list(want.columns) and list(got["finding"]) == list(want["finding"])
+    text = _ok("advise", CPU).splitlines()
+    assert text[0] == want.attrs["note"] and text[1].startswith(f"1. {want['finding'].iloc[0]} (")
+    assert f"predicted {want['predicted_speedup'].iloc[0]:.2f}x" in text[1]
+
+
+def test_bottleneck_json_and_text_are_the_python_result():
+    want = labkit.bottleneck(labkit.load_report(GPUTEST))
+    got = json.loads(_ok("bottleneck", GPUTEST, "--json"))
+    assert got["sentence"] == want.sentence and got["stage"] == want.stage and got["tid"] == want.tid
+    assert np.isclose(got["wall_ms"], want.wall_ms) and len(got["table"]) == len(want.table)
+    assert _ok("bottleneck", GPUTEST).splitlines()[0] == want.sentence
+
+
+def test_window_in_ms_and_within_reach_the_api():
+    rep = labkit.load_report(GPUTEST)
+    batch = rep.nvtx[rep.nvtx["name"] == "batch"].sort_values("start_ns")
+    s_ms, e_ms = int(batch["start_ns"].iloc[3] // 1e6), int(batch["end_ns"].iloc[6] // 1e6) + 1
+    got = json.loads(_ok("kernels", GPUTEST, "--json", "--window", f"{s_ms},{e_ms}"))
+    w = (s_ms * 1_000_000, e_ms * 1_000_000)
+    for key, fn in (("percentiles", labkit.kernel_percentiles), ("latency", labkit.launch_latency),
+                    ("queue", labkit.queue_depth), ("streams", labkit.stream_summary),
+                    ("bandwidth", labkit.copy_bandwidth)):
+        want = fn(rep, window=w)
+        pd.testing.assert_frame_equal(pd.DataFrame(got[key], columns=list(want.columns)), want, check_dtype=False,
+                                      obj=key)
+    assert 0 < sum(r["count"] for r in got["percentiles"]) < len(rep.kernels)
+    within = json.loads(_ok("bottleneck", GPUTEST, "--json", "--within", "batch"))
+    assert within["sentence"] == labkit.bottleneck(rep, within="batch").sentence
+
+
+def test_kernels_csv_and_text_tables():
+    rep = labkit.load_report(GPUTEST)
+    got = pd.read_csv(io.StringIO(_ok("kernels", GPUTEST, "--what", "latency", "--by-call", "--csv")))
+    want = labkit.launch_latency(rep, by_call=True)
+    assert list(got.columns) == list(want.columns) and list(got["launches"]) == list(want["launches"])
+    text = _ok("kernels", GPUTEST, "--what", "percentiles,bandwidth", "--wide")
+    assert "== percentiles ==" in text and "== bandwidth ==" in text and "[CUDA memcpy Device-to-Host]" in text
+
+
+def test_timeline_writes_only_where_asked_and_never_over_a_file(tmp_path):
+    import matplotlib.image
+
+    out = _ok("timeline", GPUTEST, "-o", "t.png", cwd=tmp_path)
+    png = tmp_path / "t.png"
+    assert out.startswith("wrote t.png") and matplotlib.image.imread(png).shape[0] > 100
+    before = png.read_bytes()
+    again = _run("timeline", GPUTEST, "-o", "t.png", "--window", "8000,8500", cwd=tmp_path)
+    assert again.returncode == 1 and len(again.stderr.strip().splitlines()) == 1 and "--overwrite" in again.stderr
+    assert png.read_bytes() == before
+    _ok("timeline", GPUTEST, "-o", "t.png", "--window", "8000,8500", "--overwrite", cwd=tmp_path)
+    assert png.read_bytes() != before
+    _ok("timeline", GPUTEST, "-o", "t.html", "--within", "batch", cwd=tmp_path)
+    html = (tmp_path / "t.html").read_text()
+    assert "Bokeh" in html and "d2h" in html
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.html", "t.png"]  # no temporary file left
+
+
+def test_faults_end_in_one_line(tmp_path):
+    for args, rc, words in (
+            (("advise", tmp_path / "nope.sqlite"), 1, "nope.sqlite"),
+            (("kernels", GPUTEST, "--window", "5"), 2, "START_MS,END_MS"),
+            (("kernels", GPUTEST, "--what", "speed"), 2, "unknown --what speed"),
+            (("timeline", GPUTEST, "-o", tmp_path / "t.jpg"), 2, ".png, .svg, .pdf or .html"),
+            (("timeline", GPUTEST, "-o", tmp_path / "no" / "t.png"), 1, "cannot write"),
+            (("bottleneck", GPUTEST, "--within", "nosuchrange"), 1, "nosuchrange"),
+            (("compare", CPU), 2, "two reports")):
+        r = _run(*args)
+        assert r.returncode == rc and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+        assert words in r.stderr and "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_compare_prints_the_headline_first():
+    text = _ok("compare", CPU, GPU, "--top", "3").splitlines()
+    assert text[0] == str(labkit.headline(CPU, GPU)) and text[2].startswith("kind ")
+    got = json.loads(_ok("compare", *[FIX / f"repeats_20ms_{i}.nsys2022.4.sqlite" for i in (1, 2, 3)], "--vs",
+                         *[FIX / f"repeats_10ms_{i}.nsys2022.4.sqlite" for i in (1, 2, 3)], "--json"))
+    h = labkit.headline([FIX / f"repeats_20ms_{i}.nsys2022.4.sqlite" for i in (1, 2, 3)],
+                        [FIX / f"repeats_10ms_{i}.nsys2022.4.sqlite" for i in (1, 2, 3)])
+    assert got["headline"]["sentence"] == h.sentence and got["headline"]["speedup_interval"] == list(h.speedup_interval)
+    assert {r["name"] for r in got["rows"]} >= {"step", "run"}
+
+
+def test_commands_import_only_what_they_need():
+    code = ("import sys\nfrom labkit import cli\nfor c in ('advise', 'bottleneck', 'timeline', 'kernels', 'compare'):\n"
+            "    try:\n        cli.main([c, '--help'])\n    except SystemExit:\n        pass\n"
+            "print(sorted(m for m in ('pandas', 'numpy', 'matplotlib', 'bokeh', 'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
