@@ -249,3 +249,22 @@ def test_profile_ranks_stops_a_hung_rank(tmp_path):
     assert time.monotonic() - t0 < 60
     left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert left == []  # no rank, nsys or torchrun of this run is still running
+
+
+def test_merged_median_beyond_the_points_is_estimated_close(monkeypatch):
+    from labkit.ranks import merge
+    from labkit.stats.summaries import kernel_summary
+
+    monkeypatch.setattr(merge, "POINTS", 16)  # each rank sends 16 order statistics per kernel name
+    real = FIX / "real" / "Sh1mwww_2024.6_llama3_real_inference_simulation.sqlite"
+    two = load_reports([real, real], ranks=[0, 1], frames=("kernels",))
+    got = two.kernel_summary(merged=True).set_index("name")
+    k = two.kernels()
+    want = kernel_summary(Report.from_frames(kernels=k.drop(columns="rank"))).set_index("name")
+    assert got.index.tolist() == want.index.tolist()
+    for c in ("instances", "total_ns", "min_ns", "max_ns"):
+        assert got[c].tolist() == want[c].tolist()
+    assert got["stddev_ns"].to_numpy() == pytest.approx(want["stddev_ns"].to_numpy(), rel=1e-9)
+    for name, row in got.iterrows():  # between the 40th and 60th percentiles of all instances
+        d = k.loc[k["demangled"] == name, "duration_ns"]
+        assert d.quantile(0.4) <= row["med_ns"] <= d.quantile(0.6), name

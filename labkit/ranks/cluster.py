@@ -55,16 +55,16 @@ def _connect(scheduler, n_items: int):
     text = str(scheduler)
     if text == "local":
         workers = max(1, min(os.cpu_count() or 1, n_items))
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                                silence_logs=logging.ERROR)
         client = Client(cluster)
         return client, [client, cluster]
     try:
         if "://" in text:
-            client = Client(text, timeout="20s")
+            client = Client(text, timeout="10s")
             return client, [client]
         if Path(text).is_file():
-            client = Client(scheduler_file=text, timeout="20s")
+            client = Client(scheduler_file=text, timeout="10s")
             return client, [client]
     except (OSError, TimeoutError) as exc:
         where = text if "://" in text else f"the scheduler in {text}"

@@ -72,7 +72,10 @@ class Columnar:
                 df[c] = pd.Categorical.from_codes(df[c].cat.codes, categories=cats)
             return df
         except Exception:  # a damaged or foreign file: the export is the truth, read it again
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass
             return None
 
     def put(self, name: str, df) -> bool:
@@ -95,5 +98,8 @@ class Columnar:
             os.replace(tmp, folder / f"{name}.parquet")  # readers see a whole file or none
             return True
         except Exception:  # read-only or full cache, a column pyarrow cannot hold: the export stays the source
-            tmp.unlink(missing_ok=True)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:  # no folder to hold it: nothing was written
+                pass
             return False
