@@ -24,6 +24,7 @@ NAMES = ("nvtx", "kernels", "memcpy", "memset", "cuda_api")
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(columnar, "MIN_ROWS", 1)  # the fixtures are small: cache every frame with rows
+    monkeypatch.setattr(columnar, "MIN_BYTES", 0)
     return tmp_path / "cache" / "columnar"
 
 
@@ -79,5 +80,7 @@ def test_damaged_or_unwritable_cache_falls_back_to_the_export(cache, tmp_path, m
 def test_small_frames_are_not_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path / "cache"))
     rep = load_report(A)
-    assert len(rep.nvtx) < columnar.MIN_ROWS
+    assert len(rep.nvtx) < columnar.MIN_ROWS and A.stat().st_size < columnar.MIN_BYTES
+    monkeypatch.setattr(columnar, "MIN_ROWS", 1)  # a small export is not cached, whatever its frames
+    assert len(load_report(A).kernels) > 0
     assert not (tmp_path / "cache" / "columnar").exists()

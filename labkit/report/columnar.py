@@ -8,8 +8,8 @@ later load of the same export reads it from there. An export is known by its ide
 or replaced file at the same path gets a cache of its own and never reads a stale one; the cache
 format has a version (:data:`FORMAT`), so a labkit whose frames changed never reads old files.
 
-Only frames of at least :data:`MIN_ROWS` rows are cached: below that, reading SQLite is quicker
-than importing pyarrow. The cache is an optimisation: a cache that cannot be written (read-only,
+Only frames of at least :data:`MIN_ROWS` rows of exports of :data:`MIN_BYTES` or more are cached:
+below that, reading SQLite is quicker than importing pyarrow and computing the key. The cache is an optimisation: a cache that cannot be written (read-only,
 full disk) or read (damaged file) is skipped, and the frame comes from the export as before.
 """
 from __future__ import annotations
@@ -21,12 +21,15 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["Columnar", "columnar_dir", "FORMAT", "MIN_ROWS"]
+__all__ = ["Columnar", "columnar_dir", "FORMAT", "MIN_ROWS", "MIN_BYTES"]
 
 FORMAT = 1
 """Version of the cached frames' layout: bump it when a frame's columns or dtypes change."""
 MIN_ROWS = 20_000
 """Frames with fewer rows are not cached (SQLite reads them faster than pyarrow imports)."""
+MIN_BYTES = 4 << 20
+"""Exports smaller than this are never cached nor looked up (their frames read quickly from SQLite;
+the cache's key would cost more than it saves)."""
 _OBJECT_CATEGORIES = b"labkit.object_categories"  # categorical columns whose categories are object, not str
 
 
@@ -43,6 +46,15 @@ class Columnar:
     def __init__(self, db_path: Path):
         self.db_path = Path(db_path)
         self._folder: Path | None = None
+        try:
+            self._size = self.db_path.stat().st_size
+        except OSError:
+            self._size = 0
+
+    @property
+    def used(self) -> bool:
+        """Whether this export is large enough to be cached (MIN_BYTES)."""
+        return self._size >= MIN_BYTES
 
     @property
     def folder(self) -> Path:
@@ -58,6 +70,8 @@ class Columnar:
 
     def get(self, name: str):
         """The cached frame ``name`` as a DataFrame, or None (not cached, or unreadable: then removed)."""
+        if not self.used:
+            return None
         path = self.folder / f"{name}.parquet"
         if not path.is_file():
             return None
@@ -80,7 +94,7 @@ class Columnar:
 
     def put(self, name: str, df) -> bool:
         """Write frame ``name`` (when it has MIN_ROWS rows or more); False when it was not cached."""
-        if len(df) < MIN_ROWS:
+        if len(df) < MIN_ROWS or not self.used:
             return False
         folder = self.folder
         tmp = folder / f".{name}.{os.getpid()}.partial"

@@ -88,6 +88,19 @@ class Report:
             self._frames[name] = df
         return self._frames[name]
 
+    def _derived(self, name: str, build) -> pd.DataFrame | None:
+        """A frame derived from the export for a summary (``build()``; None where it does not apply),
+        built once per Report and, when large, kept in the columnar cache like the frames."""
+        key = f"_{name}"
+        if key not in self._frames:
+            df = self._columnar.get(name) if self._columnar is not None else None
+            if df is None:
+                df = build()
+                if df is not None and self._columnar is not None:
+                    self._columnar.put(name, df)
+            self._frames[key] = df
+        return self._frames[key]
+
     nvtx = property(lambda self: self._frame("nvtx"), doc="NVTX ranges and marks, nested per thread: NVTX_COLUMNS.")
     kernels = property(lambda self: self._frame("kernels"), doc="Kernels: see KERNEL_COLUMNS.")
     memcpy = property(lambda self: self._frame("memcpy"), doc="Memory copies: see MEMCPY_COLUMNS.")
