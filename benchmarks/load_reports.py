@@ -1,101 +1,127 @@
-"""Benchmark: how ``labkit.load_reports`` time and memory grow with the number of per-rank reports.
+"""Benchmark: ``labkit.load_reports`` over many per-rank reports on a Dask cluster: time and client memory.
 
-Copies one real export (default: ``tests/fixtures/pipeline.nsys2022.4.sqlite``, the lab's queued
-pipeline on the CPU) to ``NAME_<rank>.sqlite`` in a temporary folder, then for each count loads
-that many in a fresh Python process (so each peak memory figure is its own) with the process pool
-and, for comparison, in one process. Each run also checks the result: ranks 0..N-1 and merged
-NVTX instances equal to N times one report's.
+Copies one small real export (default: ``tests/fixtures/pipeline.nsys2025.3.sqlite``, the lab's
+pipeline on an H100: 110 NVTX ranges, 914 kernels, 224 copies, 4,348 CUDA API calls; 612 KiB) to
+``run_<rank>.sqlite`` in a temporary folder, starts a Dask ``LocalCluster`` of 2 worker processes
+(one thread each; or connects to ``--scheduler``), and for each count loads that many reports in a
+fresh Python process, so each memory figure is its own: wall seconds (the cluster already up), the
+client's resident memory before and after (psutil RSS) and its peak (``ru_maxrss``), and how many
+bytes the results hold. Only summaries travel back, so the client's memory grows with the ranks,
+not with the events. Each run checks itself: ranks 0..N-1, merged NVTX and kernel instances N times
+one report's. ``--serial`` adds the same load in the client process, one report after another.
 
-    python benchmarks/load_reports.py [--counts 1,8,64] [--source EXPORT] [--processes N] [--frames nvtx]
+    python benchmarks/load_reports.py [--counts 8,64,500] [--source EXPORT] [--workers 2]
+        [--scheduler ADDRESS|FILE] [--serial]
 
-Prints one line per (count, processes): wall seconds, ms per report, the parent's peak RSS and
-the largest worker's peak RSS.
-
-Seen on the 2-core CPU box (Intel Xeon VM, 2026-11-23; six other engineers' jobs made the load
-average 3.7 to 10.5, so the pool of 2 rarely had both cores), default source (110 NVTX rows):
-1 report 0.05 s; 8 reports 0.3-1.4 s (pool) and 0.25-1.2 s (one process); 64 reports 1.3-6.4 s
-(pool) and 1.8-5.3 s (one process); parent peak RSS 80 MiB for 1 and 84-91 MiB for 64, each worker
-66 MiB. A larger source (``parse_large.build(..., 100)``: 35,200 kernels and 5,000 NVTX ranges,
-5.4 MiB, load average 5.2): 1 report 0.85 s; 8: 7.2 s (pool) / 4.8 s; 64: 53 s (pool) / 71 s,
-peak RSS 870 MiB (all frames kept; 12 MiB per report) and 245 MiB with ``--frames nvtx``.
-Time grows linearly with the number of reports; memory by the kept frames.
+On a cluster (untested here: no cluster on this machine): start a scheduler and workers that can
+import labkit and read the reports, and pass ``--scheduler`` (an address or a scheduler file; the
+temporary folder must then be on a file system the workers share, see ``--folder``). Under Slurm,
+e.g. in an sbatch script: ``srun -n1 dask scheduler --scheduler-file $HOME/sched.json &`` then
+``srun dask worker --scheduler-file $HOME/sched.json --nthreads 1 &`` on the allocation's nodes, and
+``python benchmarks/load_reports.py --scheduler $HOME/sched.json --folder $SCRATCH/bench``;
+or dask-jobqueue's ``SLURMCluster`` (pass its ``Client`` to ``load_reports(scheduler=client)``).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import pickle
 import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "tests" / "fixtures" / "pipeline.nsys2022.4.sqlite"
+SOURCE = ROOT / "tests" / "fixtures" / "pipeline.nsys2025.3.sqlite"
 
 
-def measure(folder: Path, count: int, processes: int | None, frames: tuple[str, ...]) -> dict:
-    """Load ``count`` copies from ``folder`` in this process; wall time, peak RSS and a check."""
-    import labkit.stats.stages  # noqa: F401  imported before timing: the figures are loading, not imports
+def measure(folder: Path, count: int, scheduler: str | None, workers: int) -> dict:
+    """Load ``count`` reports of ``folder`` in this process (a child); wall time, client memory, a check."""
+    import psutil
+
+    import labkit.ranks.reports  # noqa: F401  imported before timing: the figures are loading, not imports
     from labkit.ranks.reports import load_reports
 
-    paths = [folder / f"rep_{r}.sqlite" for r in range(count)]
+    proc = psutil.Process()
+    paths = [folder / f"run_{r}.sqlite" for r in range(count)]
+    cluster = client = None
+    if scheduler != "serial":
+        import logging
+
+        from distributed import Client, LocalCluster
+
+        if scheduler:
+            client = Client(scheduler if "://" in scheduler else None,
+                            scheduler_file=None if "://" in scheduler else scheduler)
+        else:
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                   silence_logs=logging.ERROR)
+            client = Client(cluster)
+        client.wait_for_workers(1)
+    rss0 = proc.memory_info().rss
     t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        reps = load_reports(paths, processes=processes, frames=frames)
+    reps = load_reports(paths, scheduler=client if client is not None else "serial")
     wall = time.perf_counter() - t0
-    merged = int(reps.nvtx_summary(merged=True)["instances"].sum())
-    one = int(reps.nvtx_summary().query("rank == 0")["instances"].sum())
-    return {"count": count, "processes": processes, "wall_s": wall,
-            "ok": reps.ranks == list(range(count)) and merged == count * one,
-            "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "worker_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-            "nvtx_rows": len(reps.nvtx())}
+    rss1 = proc.memory_info().rss
+    nworkers = len(client.scheduler_info()["workers"]) if client is not None else 0
+    if client is not None:
+        client.close()
+    if cluster is not None:
+        cluster.close()
+    one_nv = int(reps.nvtx_summary().query("rank == 0")["instances"].sum())
+    one_k = int(reps.kernel_summary().query("rank == 0")["instances"].sum())
+    ok = (reps.ranks == list(range(count)) and int(reps.nvtx_summary(merged=True)["instances"].sum()) == count * one_nv
+          and int(reps.kernel_summary(merged=True)["instances"].sum()) == count * one_k)
+    held = len(pickle.dumps((reps._summaries, reps._order_stats, reps.meta)))
+    return {"count": count, "where": f"{nworkers} workers" if client is not None else "client, serial",
+            "wall_s": wall, "rss_before_mib": rss0 / 2**20, "rss_after_mib": rss1 / 2**20,
+            "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "results_mib": held / 2**20,
+            "ok": ok}
+
+
+def _line(m: dict) -> str:
+    return (f"| {m['count']:4d} | {m['where']:>14} | {m['wall_s']:7.2f} | {1000 * m['wall_s'] / m['count']:5.0f} | "
+            f"{m['rss_before_mib']:5.0f} -> {m['rss_after_mib']:5.0f} | {m['peak_mib']:5.0f} | "
+            f"{m['results_mib']:6.2f} | {'ok' if m['ok'] else 'FAILED'} |")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--counts", default="1,8,64", help="numbers of reports, comma-separated")
+    ap.add_argument("--counts", default="8,64,500", help="numbers of reports, comma-separated")
     ap.add_argument("--source", type=Path, default=SOURCE, help="the export to copy")
-    ap.add_argument("--processes", type=int, default=None, help="pool size (default: one per core)")
-    ap.add_argument("--frames", default="nvtx,kernels,memcpy,memset", help="event frames to keep (load_reports frames=)")
-    ap.add_argument("--one", nargs=3, metavar=("FOLDER", "COUNT", "PROCESSES"), help=argparse.SUPPRESS)
+    ap.add_argument("--workers", type=int, default=2, help="LocalCluster worker processes (one thread each)")
+    ap.add_argument("--scheduler", default=None, help="a running scheduler's address or scheduler file instead")
+    ap.add_argument("--serial", action="store_true", help="also load in the client process alone")
+    ap.add_argument("--folder", type=Path, default=None, help="where the copies go (default: a temporary folder)")
+    ap.add_argument("--one", nargs=3, metavar=("FOLDER", "COUNT", "SCHEDULER"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:  # a child: one measurement, as JSON
-        folder, count, procs = args.one
-        frames = tuple(f for f in args.frames.split(",") if f)
-        print(json.dumps(measure(Path(folder), int(count), int(procs) or None, frames)))
+        folder, count, sched = args.one
+        print(json.dumps(measure(Path(folder), int(count), sched or None, args.workers)))
         return 0
     counts = [int(c) for c in args.counts.split(",")]
     print(f"source: {args.source} ({args.source.stat().st_size / 2**10:.0f} KiB); machine: {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.1f}; frames kept: {args.frames or 'none'}")
+          f"load average {os.getloadavg()[0]:.1f}; cluster: "
+          f"{args.scheduler or f'LocalCluster of {args.workers} worker processes, 1 thread each'}")
+    print("| reports | where | wall s | ms/report | client RSS MiB before -> after | client peak MiB | "
+          "results MiB | check |\n|---|---|---|---|---|---|---|---|")
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    with tempfile.TemporaryDirectory() as td:
-        for r in range(max(counts)):
-            shutil.copyfile(args.source, Path(td) / f"rep_{r}.sqlite")
+    with tempfile.TemporaryDirectory(dir=args.folder) as td:
+        for r in range(max(counts)):  # real copies: each its own file, identity and cache entry
+            shutil.copyfile(args.source, Path(td) / f"run_{r}.sqlite")
         for count in counts:
-            for procs in ([args.processes or 0, 1] if count > 1 else [1]):
-                out = subprocess.run([sys.executable, __file__, "--frames", args.frames, "--one", td, str(count),
-                                      str(procs)],
-                                     capture_output=True, text=True, env=env)
+            for sched in [args.scheduler or ""] + (["serial"] if args.serial else []):
+                out = subprocess.run([sys.executable, __file__, "--workers", str(args.workers), "--one", td,
+                                      str(count), sched], capture_output=True, text=True, env=env)
                 if out.returncode != 0:
                     print(f"{count} reports: FAILED\n{out.stderr[-2000:]}")
                     return 1
-                print(_line(json.loads(out.stdout.strip().splitlines()[-1])))
+                print(_line(json.loads(out.stdout.strip().splitlines()[-1])), flush=True)
     return 0
-
-
-def _line(m: dict) -> str:
-    """One measurement as a line of the printed table."""
-    pool = f"pool of {m['processes'] or os.cpu_count()}" if m["processes"] != 1 else "one process"
-    return (f"{m['count']:3d} reports, {pool:>13}: {m['wall_s']:6.2f} s ({1000 * m['wall_s'] / m['count']:5.0f} ms "
-            f"per report), peak RSS {m['rss_mib']:.0f} MiB (largest worker {m['worker_rss_mib']:.0f} MiB), "
-            f"{m['nvtx_rows']:,} nvtx rows, check {'ok' if m['ok'] else 'FAILED'}")
 
 
 if __name__ == "__main__":

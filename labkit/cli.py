@@ -16,14 +16,14 @@ from pathlib import Path
 from labkit.errors import LabkitError
 
 __all__ = ["main", "cli_profile", "cli_summary", "cli_compare", "cli_advise", "cli_bottleneck", "cli_timeline",
-           "cli_kernels", "text_table"]
+           "cli_kernels", "text_table", "report_paths"]
 
 _WHAT = ("nvtx", "kernels", "memcpy", "memsize", "cuda_api", "osrt", "projection", "stages", "batches")
 
 _COMMANDS = {
     "doctor": ("labkit.doctor", "cli", "check this machine: Python, torch, GPU, nsys, nvtx, TensorRT, OpenCV, disk"),
     "profile": ("labkit.cli", "cli_profile", "run a command under nsys: python -m labkit profile [--name N] -- CMD ..."),
-    "summary": ("labkit.cli", "cli_summary", "summarize a report: python -m labkit summary REPORT [--what a,b,...] [--csv]"),
+    "summary": ("labkit.cli", "cli_summary", "summarize a report, or per-rank reports: python -m labkit summary REPORT|DIR|GLOB [--what a,b,...] [--scheduler ADDRESS|local] [--csv]"),
     "compare": ("labkit.cli", "cli_compare", "what changed between two reports, the headline first: python -m labkit compare A B"),
     "advise": ("labkit.cli", "cli_advise", "what holds a run back, its lever and predicted speed-up: python -m labkit advise REPORT"),
     "bottleneck": ("labkit.cli", "cli_bottleneck", "the stage, thread or engine that limited a run: python -m labkit bottleneck REPORT"),
@@ -65,21 +65,38 @@ _SUMMARY_FUNCS = {  # --what -> (module, function); imported only when asked for
 }
 
 
+_MANY_WHAT = ("nvtx", "kernels", "stages", "imbalance", "stragglers")  # what per-rank reports give
+
+
 def cli_summary(argv: list[str]) -> int:
     """``python -m labkit summary REPORT [--what nvtx,kernels,...] [--window S,E | --within R] [--csv]``:
-    print one or several summary tables of one report, loaded once."""
+    print one or several summary tables of one report, loaded once. Given a folder, a glob pattern or
+    several reports (per-rank reports of one run), or ``--scheduler``: the merged tables of all of
+    them (``--per-rank``: one row per rank), each report summarized as one task (Dask with
+    ``--scheduler``; see :func:`labkit.ranks.reports.load_reports`)."""
     p = argparse.ArgumentParser(prog="python -m labkit summary",
-                                description="Summarize an Nsight Systems report (.nsys-rep or .sqlite).")
-    p.add_argument("report")
+                                description="Summarize an Nsight Systems report (.nsys-rep or .sqlite), or the "
+                                            "per-rank reports of one run (a folder, a glob pattern, several files).")
+    p.add_argument("report", nargs="+", help="a report; or a folder, glob pattern or files of per-rank reports")
     p.add_argument("--what", default="nvtx",
-                   help=f"comma-separated, any of: {','.join(_WHAT)} (default: nvtx)")
+                   help=f"comma-separated, any of: {','.join(_WHAT)} (default: nvtx); for per-rank reports: "
+                        f"{','.join(_MANY_WHAT)}")
     p.add_argument("--window", default=None, help="START_NS,END_NS: only what starts in that span")
     p.add_argument("--within", default=None, help="an NVTX range name: only what starts inside its instances")
     p.add_argument("--csv", action="store_true", help="print CSV instead of a text table")
     p.add_argument("--warmup", type=int, default=0, help="batches left out of --what batches")
     p.add_argument("--wide", action="store_true", help="names in full (default: cut to the terminal width, COLUMNS)")
+    p.add_argument("--scheduler", default=None,
+                   help="per-rank reports on Dask: 'local' (a local cluster), a scheduler address (tcp://HOST:PORT) "
+                        "or scheduler file; default: $DASK_SCHEDULER_ADDRESS, else this process")
+    p.add_argument("--per-rank", action="store_true", help="per-rank reports: one row per rank, not merged")
     args = p.parse_args(argv)
     what = [w.strip() for w in args.what.split(",") if w.strip()]
+    one = args.report[0]
+    many = (len(args.report) > 1 or args.scheduler is not None or args.per_rank or Path(one).is_dir()
+            or (not Path(one).exists() and any(c in one for c in "*?[")))
+    if many:
+        return _summary_many(p, args, what)
     bad = [w for w in what if w not in _SUMMARY_FUNCS]
     if bad or not what:
         p.print_usage(sys.stderr)
@@ -97,8 +114,9 @@ def cli_summary(argv: list[str]) -> int:
     from labkit.report.load import load_report
 
     out = []
+    report = args.report[0]
     try:
-        rep = load_report(args.report)
+        rep = load_report(report)
         if window is not None or args.within is not None:
             from labkit.report.window import restrict
 
@@ -112,15 +130,71 @@ def cli_summary(argv: list[str]) -> int:
         return 1
     for note in rep.notes:
         print(f"labkit: note: {note}", file=sys.stderr)
+    _print_tables(out, args, report)
+    return 0
+
+
+def _print_tables(out: list, args, source: str) -> None:
     for i, (w, df) in enumerate(out):
         if len(out) > 1:
             print(("\n" if i else "") + (f"# {w}" if args.csv else f"== {w} =="))
         if args.csv:
             df.to_csv(sys.stdout, index=False)
         elif len(df) == 0:
-            print(f"(no {w} data in {args.report})")
+            print(f"(no {w} data in {source})")
         else:
             print(text_table(df, width=None if args.wide else _terminal_width()))
+
+
+def report_paths(specs: list[str]) -> list[Path]:
+    """The reports named by folders (their ``*.sqlite``, and ``*.nsys-rep`` without one beside), glob
+    patterns and files, sorted within each; LabkitError naming what matched nothing."""
+    import glob
+
+    paths: list[Path] = []
+    for spec in specs:
+        if Path(spec).is_dir():
+            found = sorted(Path(spec).glob("*.sqlite"))
+            found += sorted(r for r in Path(spec).glob("*.nsys-rep") if not r.with_suffix(".sqlite").exists())
+        elif Path(spec).exists():
+            found = [Path(spec)]
+        else:
+            found = sorted(Path(m) for m in glob.glob(spec) if not Path(m).is_dir())
+        if not found:
+            raise LabkitError(f"no reports in {spec} (a folder's *.sqlite and *.nsys-rep, a glob pattern or "
+                              f"files): check the path, or quote the pattern")
+        paths += found
+    return paths
+
+
+def _summary_many(p: argparse.ArgumentParser, args, what: list[str]) -> int:
+    """``summary`` over per-rank reports: merged (or ``--per-rank``) tables from each report's results."""
+    bad = [w for w in what if w not in _MANY_WHAT]
+    if bad or not what:
+        p.print_usage(sys.stderr)
+        print(f"labkit: --what {','.join(bad) or '(empty)'} is not given for per-rank reports: choose from "
+              f"{','.join(_MANY_WHAT)} (or summarize one report)", file=sys.stderr)
+        return 2
+    if args.window or args.within:
+        print("labkit: --window and --within take one report: summarize each rank's report on its own",
+              file=sys.stderr)
+        return 2
+    from labkit.ranks.reports import load_reports
+
+    merged = not args.per_rank
+    try:
+        reps = load_reports(report_paths(args.report), scheduler=args.scheduler)
+        tables = {"nvtx": lambda: reps.nvtx_summary(merged=merged),
+                  "kernels": lambda: reps.kernel_summary(merged=merged),
+                  "stages": lambda: reps.stage_table(merged=merged),
+                  "imbalance": reps.imbalance, "stragglers": reps.stragglers}
+        out = [(w, tables[w]()) for w in what]
+    except LabkitError as exc:
+        print(f"labkit: {exc}", file=sys.stderr)
+        return 1
+    for note in reps.notes:
+        print(f"labkit: note: {note}", file=sys.stderr)
+    _print_tables(out, args, f"{len(reps)} reports (ranks {reps.ranks[0]}-{reps.ranks[-1]})")
     return 0
 
 

@@ -21,7 +21,7 @@ import pytest
 from labkit.errors import LabkitError
 from labkit.ranks.reports import RanksError, _rank_from_env, load_reports, plot_rank_timeline, rank_from_name
 from labkit.ranks.profile import RankFailedError, profile_ranks
-from labkit.report.load import load_report
+from labkit.report.load import Report, load_report
 
 FIX = Path(__file__).parent / "fixtures"
 EXPORTS = [FIX / f"ranks.nsys2022.4_{r}.sqlite" for r in (0, 1)]
@@ -34,7 +34,7 @@ def _quiet_load(paths, **kw):
 
 @pytest.fixture(scope="module")
 def reps():
-    return _quiet_load(EXPORTS, processes=2)
+    return _quiet_load(EXPORTS, frames=("nvtx", "kernels", "memcpy", "memset"))
 
 
 def _nsys_csv(rank: int) -> pd.DataFrame:
@@ -98,31 +98,31 @@ def test_imbalance_names_slow_and_fast_rank(reps):
 
 
 def test_ranks_from_names_env_or_position(tmp_path):
-    rev = _quiet_load(EXPORTS[::-1], processes=1)
+    rev = _quiet_load(EXPORTS[::-1])
     assert rev.ranks == [0, 1] and rev.paths[1] == EXPORTS[1]
     plain = [tmp_path / "b.sqlite", tmp_path / "a.sqlite"]
     for src, dst in zip(EXPORTS[::-1], plain):
         shutil.copy(src, dst)
-    pos = _quiet_load(plain, processes=1)
+    pos = _quiet_load(plain)
     assert pos.ranks == [0, 1] and pos.paths[0] == plain[0]
     dup = tmp_path / "other_1.sqlite"
     shutil.copy(EXPORTS[0], dup)
     with pytest.raises(RanksError, match="rank 1 twice"):
-        _quiet_load([EXPORTS[1], dup], processes=1)
+        _quiet_load([EXPORTS[1], dup])
     with pytest.raises(RanksError, match="no reports"):
         load_reports([])
     with pytest.raises(RanksError, match="frames=.*cuda_api"):
-        _quiet_load(EXPORTS, processes=1).cuda_api()
+        _quiet_load(EXPORTS).cuda_api()
 
 
 def test_frames_not_kept_are_named_not_empty():
-    lean = _quiet_load(EXPORTS, processes=1, frames=("nvtx",))
+    lean = _quiet_load(EXPORTS)  # summaries only: merged ones too, without any frame
     assert lean.nvtx_summary(merged=True)["instances"].sum() == 26  # 13 ranges per rank
-    assert len(lean.kernel_summary()) == 0  # per-rank summaries are always kept
-    with pytest.raises(RanksError, match=r"frame 'kernels' was not kept.*frames=\(\.\.\., 'kernels'\)"):
-        lean.kernel_summary(merged=True)
+    assert len(lean.kernel_summary()) == 0 and len(lean.kernel_summary(merged=True)) == 0
+    with pytest.raises(RanksError, match=r"frame 'kernels' was not kept \(kept: none\).*frames=\(\.\.\., 'kernels'\)"):
+        lean.kernels()
     with pytest.raises(RanksError, match="frame 'nvtx' was not kept"):
-        plot_rank_timeline(_quiet_load(EXPORTS, processes=1, frames=()))
+        plot_rank_timeline(_quiet_load(EXPORTS, frames=()))
     with pytest.raises(RanksError, match="unknown frame 'gpu'"):
         load_reports(EXPORTS, frames=("gpu",))
 
@@ -131,7 +131,7 @@ def test_unreadable_report_is_named(tmp_path):
     bad = tmp_path / "run_1.sqlite"
     bad.write_text("not a report")
     with pytest.raises(LabkitError, match=r"run_1.sqlite is neither an Nsight Systems report"):
-        _quiet_load([EXPORTS[0], bad], processes=2)
+        _quiet_load([EXPORTS[0], bad])
 
 
 def test_rank_from_recorded_environment(tmp_path):
@@ -154,7 +154,7 @@ def test_rank_from_recorded_environment(tmp_path):
     con.execute("UPDATE META_DATA_CAPTURE SET value = 'RANK=\"0\"' WHERE value = 'RANK=\"3\"'")
     con.commit()
     con.close()
-    assert _quiet_load([db, other], processes=2).paths == {0: other, 3: db}
+    assert _quiet_load([db, other]).paths == {0: other, 3: db}
     assert _rank_from_env(EXPORTS[0]) is None  # 2022.4 exports record no environment
 
 
@@ -165,10 +165,39 @@ def test_rank_from_name(name, rank):
     assert rank_from_name(name) == rank
 
 
-def test_serial_and_parallel_load_agree(reps):
-    serial = _quiet_load(EXPORTS, processes=1)
-    pd.testing.assert_frame_equal(serial.nvtx(), reps.nvtx())
-    pd.testing.assert_frame_equal(serial.stage_table(), reps.stage_table())
+def test_merged_summaries_from_results_equal_summaries_of_all_frames(reps):
+    # the merge reads no frame; the old way joined every rank's frames and summarized them
+    from labkit.stats.summaries import kernel_summary, nvtx_summary
+
+    allnv = Report.from_frames(nvtx=reps.nvtx().drop(columns="rank"))
+    pd.testing.assert_frame_equal(reps.nvtx_summary(merged=True), nvtx_summary(allnv))
+    real = FIX / "real" / "Sh1mwww_2024.6_llama3_real_inference_simulation.sqlite"  # kernels and nested ranges
+    two = load_reports([real, real], ranks=[0, 1], frames=("nvtx", "kernels"))
+    both = Report.from_frames(nvtx=two.nvtx().drop(columns="rank"), kernels=two.kernels().drop(columns="rank"))
+    pd.testing.assert_frame_equal(two.nvtx_summary(merged=True), nvtx_summary(both))
+    pd.testing.assert_frame_equal(two.kernel_summary(merged=True), kernel_summary(both))
+    assert two.kernel_summary(merged=True)["instances"].sum() == 2 * len(load_report(real).kernels) > 0
+
+
+def test_frames_one_rank_at_a_time(reps):
+    seen = [(r, len(df)) for r, df in reps.frames("nvtx")]
+    assert seen == [(0, (reps.nvtx()["rank"] == 0).sum()), (1, (reps.nvtx()["rank"] == 1).sum())]
+    one = reps.frame("nvtx", 1)
+    assert set(one["rank"]) == {1} and one.drop(columns="rank").equals(load_report(EXPORTS[1]).nvtx)
+    with pytest.raises(RanksError, match="no rank 7 here"):
+        reps.frame("nvtx", 7)
+
+
+def test_stragglers_name_the_slowest_rank_per_stage(reps):
+    s = reps.stragglers(top=1)
+    assert list(s.columns) == ["stage", "place", "rank", "cpu_ms", "median_ms", "over_median_ms", "ratio"]
+    assert (s["place"] == 1).all() and sorted(s["stage"]) == sorted(STAGES)
+    by = s.set_index("stage")
+    assert by.loc["compute", "rank"] == 1 and by.loc["allreduce", "rank"] == 0  # as imbalance() says
+    st = reps.stage_table().set_index(["rank", "stage"])["cpu_ms"]
+    assert by.loc["compute", "cpu_ms"] == st[(1, "compute")]
+    assert by.loc["compute", "median_ms"] == pytest.approx((st[(0, "compute")] + st[(1, "compute")]) / 2)
+    assert len(reps.stragglers(top=2)) == 2 * len(STAGES)
 
 
 def test_notes_kept_with_rank(reps):
@@ -220,3 +249,22 @@ def test_profile_ranks_stops_a_hung_rank(tmp_path):
     assert time.monotonic() - t0 < 60
     left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert left == []  # no rank, nsys or torchrun of this run is still running
+
+
+def test_merged_median_beyond_the_points_is_estimated_close(monkeypatch):
+    from labkit.ranks import merge
+    from labkit.stats.summaries import kernel_summary
+
+    monkeypatch.setattr(merge, "POINTS", 16)  # each rank sends 16 order statistics per kernel name
+    real = FIX / "real" / "Sh1mwww_2024.6_llama3_real_inference_simulation.sqlite"
+    two = load_reports([real, real], ranks=[0, 1], frames=("kernels",))
+    got = two.kernel_summary(merged=True).set_index("name")
+    k = two.kernels()
+    want = kernel_summary(Report.from_frames(kernels=k.drop(columns="rank"))).set_index("name")
+    assert got.index.tolist() == want.index.tolist()
+    for c in ("instances", "total_ns", "min_ns", "max_ns"):
+        assert got[c].tolist() == want[c].tolist()
+    assert got["stddev_ns"].to_numpy() == pytest.approx(want["stddev_ns"].to_numpy(), rel=1e-9)
+    for name, row in got.iterrows():  # between the 40th and 60th percentiles of all instances
+        d = k.loc[k["demangled"] == name, "duration_ns"]
+        assert d.quantile(0.4) <= row["med_ns"] <= d.quantile(0.6), name

@@ -85,8 +85,8 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
 
 def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=TRACE,
                   nsys_args: Sequence[str] = (), env: dict | None = None, overwrite: bool = False,
-                  torchrun_args: Sequence[str] = (), timeout_s: float | None = None, processes: int | None = None,
-                  nsys: str | None = None) -> Reports:
+                  torchrun_args: Sequence[str] = (), timeout_s: float | None = None, scheduler=None,
+                  frames: Sequence[str] = ("nvtx", "kernels", "memcpy", "memset"), nsys: str | None = None) -> Reports:
     """Run ``command`` under torchrun with one nsys per rank, export each report and load them all.
 
     Runs ``python -m torch.distributed.run --standalone --nproc-per-node N --no-python nsys profile ...
@@ -101,6 +101,8 @@ def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=TRACE,
         torchrun_args: more torchrun options, e.g. ``["--master-port", "29600"]``.
         overwrite: replace this name's earlier reports.
         timeout_s: stop every rank (and nsys) after this long, e.g. when one rank hangs in a collective.
+        scheduler, frames: as :func:`labkit.ranks.reports.load_reports` (the frames a timeline of
+            the ranks draws, by default: a few ranks on this machine).
     Returns: :class:`Reports` of the ``nproc`` ranks.
     Raises: NsysNotFoundError, ReportExistsError, RankFailedError (naming the failed rank and its
         error line), NsysError.
@@ -170,4 +172,4 @@ def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=TRACE,
         raise NsysError(f"nsys wrote no {missing[0].name} (does this nsys expand %q{{RANK}}? 2022.4 and newer do); "
                         f"its output (full log: {log}):\n{output_tail(output)}")
     dbs = [export_sqlite(p, nsys=exe) for p in reps]
-    return load_reports(dbs, processes=processes)
+    return load_reports(dbs, scheduler=scheduler, frames=frames)

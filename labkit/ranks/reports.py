@@ -1,10 +1,14 @@
 """Many per-rank reports of one distributed run (torchrun, srun, mpirun) as one set of frames.
 
-``load_reports`` loads the reports in parallel (a process pool: each worker reads one export and
-sends back its frames and its per-rank summaries), tags every row with its ``rank`` and keeps
-them together in :class:`Reports`: frames of all ranks, per-rank and merged summaries, the
-imbalance between ranks per stage, and a timeline with one band per rank
-(:func:`plot_rank_timeline`). :func:`labkit.ranks.profile.profile_ranks` makes such reports.
+``load_reports`` runs each report's loading and summaries as one task, in this process or on a
+Dask cluster (:mod:`labkit.ranks.cluster`: a local one, or a running scheduler as nsys's recipes
+use), and only the per-report results travel back: the summaries, and a bounded sample of each
+summary row's durations for merging (:mod:`labkit.ranks.merge`). :class:`Reports` keeps them with a
+``rank`` column: per-rank and merged summaries, the imbalance and the stragglers per stage, all
+without any frame in the client. Frames, when asked for, are read one rank at a time
+(:meth:`Reports.frame`, :meth:`Reports.frames`), from the columnar cache the workers filled; and
+a timeline with one band per rank (:func:`plot_rank_timeline`). :func:`labkit.ranks.profile.profile_ranks`
+makes such reports.
 
 This module uses only the public report API (``load_report``, ``Report.from_frames``, the three
 summaries in :func:`_summaries`), so the report layer can change underneath it.
@@ -14,24 +18,25 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 
-from labkit.stats.stages import stage_table
 from labkit.errors import LabkitError
+from labkit.ranks.cluster import run_tasks
+from labkit.ranks.merge import merge_summary, order_stats
 from labkit.report.load import Report, load_report
+from labkit.stats.stages import stage_table
 from labkit.stats.summaries import kernel_summary, nvtx_summary
 
 __all__ = ["load_reports", "plot_rank_timeline", "Reports", "RanksError", "rank_from_name", "FRAMES"]
 
 FRAMES = ("nvtx", "kernels", "memcpy", "memset", "cuda_api")
-"""Event frames a Report has; ``load_reports(frames=...)`` keeps a subset of them."""
-_DEFAULT_FRAMES = ("nvtx", "kernels", "memcpy", "memset")  # cuda_api is large and rarely needed across ranks
+"""Event frames a Report has; ``load_reports(frames=...)`` makes a subset of them available per rank."""
+_MERGED = {"nvtx_summary": (["domain", "name", "style"], "nvtx"), "kernel_summary": (["name"], "kernels")}
 _SUMMARIES = ("stage_table", "nvtx_summary", "kernel_summary")
 # "run_3", "run-3", "run.rank3", "run_rank_3" (nsys's %q{RANK} after a separator); not "x.nsys2022.4"
 _RANK_NAME = re.compile(r"(?:[_-]|rank[_-]?)(\d+)$", re.IGNORECASE)
@@ -76,14 +81,30 @@ def _summaries(rep) -> dict[str, pd.DataFrame]:
             "kernel_summary": kernel_summary(rep)}
 
 
-def _load_one(path: str, frames: tuple[str, ...]) -> dict:
-    """Worker: one report's frames, summaries, meta and notes (plain data, cheap to send back)."""
+def _durations(rep, summary: str) -> pd.DataFrame:
+    """The durations behind a summary's rows, with its keys (as nvtx_summary / kernel_summary group them)."""
+    if summary == "nvtx_summary":
+        r = rep.nvtx[rep.nvtx["kind"] != "mark"]
+        style = np.where(r["kind"].to_numpy() == "start_end", "StartEnd", "PushPop")
+        return pd.DataFrame({"domain": r["domain"].to_numpy(), "name": r["name"].to_numpy(), "style": style,
+                             "duration_ns": r["duration_ns"].to_numpy()})
+    k, graphs = rep.kernels, rep.graphs
+    df = pd.DataFrame({"name": np.asarray(k["demangled"], dtype=object), "duration_ns": k["duration_ns"].to_numpy()})
+    return pd.concat([df, graphs[["name", "duration_ns"]]], ignore_index=True) if len(graphs) else df
+
+
+def _load_one(path: str, frames: tuple[str, ...] = ()) -> dict:
+    """One report's task: its summaries, their durations' order statistics, meta and notes (small,
+    plain data: this is all that travels back). The frames asked for are read too, so a damaged
+    one fails here and the columnar cache holds them for :meth:`Reports.frame`."""
     rep = load_report(path)
+    for f in frames:
+        getattr(rep, f)
     db = Path(path) if Path(path).suffix == ".sqlite" else Path(path).with_suffix(".sqlite")
     meta = {k: rep.meta.get(k) for k in ("nsys_version", "capture_epoch_ns", "command", "duration_ns")}
     meta["env_rank"] = _rank_from_env(db) if db.exists() else None
-    return {"frames": {f: getattr(rep, f) for f in frames}, "summaries": _summaries(rep), "meta": meta,
-            "notes": list(rep.notes)}
+    stats = {s: order_stats(_durations(rep, s), keys, "duration_ns") for s, (keys, _) in _MERGED.items()}
+    return {"summaries": _summaries(rep), "order_stats": stats, "meta": meta, "notes": list(rep.notes)}
 
 
 def _with_rank(parts: list[pd.DataFrame], ranks: list[int]) -> pd.DataFrame:
@@ -128,22 +149,26 @@ def _merge_stages(st: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(eq=False)
 class Reports:
-    """Per-rank reports of one run. Frames are on each report's own clock (ns); ``offsets_ns`` puts
-    them on a common one (capture start of each rank after the earliest).
+    """Per-rank reports of one run, as their per-rank results: summaries, not frames. Frames are on
+    each report's own clock (ns); ``offsets_ns`` puts them on a common one (capture start of each
+    rank after the earliest).
 
     ``ranks``: sorted ranks; ``paths``: rank -> report; ``meta``: one row per rank (rank, path,
-    nsys_version, capture_epoch_ns, offset_ns, duration_ns, command); ``notes``: what reports lack (a CPU run has no CUDA tables), prefixed with the rank.
+    nsys_version, capture_epoch_ns, offset_ns, duration_ns, command); ``notes``: what reports lack
+    (a CPU run has no CUDA tables), prefixed with the rank; ``kept``: the frames asked for
+    (``load_reports(frames=...)``), read one rank at a time by :meth:`frame` and :meth:`frames`.
     """
 
     ranks: list[int]
     paths: dict[int, Path]
     meta: pd.DataFrame
-    _frames: dict[str, pd.DataFrame] = field(repr=False)
+    kept: tuple[str, ...]
     _summaries: dict[str, pd.DataFrame] = field(repr=False)
+    _order_stats: dict[str, pd.DataFrame] = field(repr=False)
     notes: list[str] = field(default_factory=list)
 
     def __repr__(self) -> str:
-        return f"Reports(ranks={self.ranks}, frames={sorted(self._frames)})"
+        return f"Reports(ranks={self.ranks}, frames={sorted(self.kept)})"
 
     def __len__(self) -> int:
         return len(self.ranks)
@@ -153,14 +178,32 @@ class Reports:
         """ns to add to a rank's times to put it on the earliest rank's clock (index: rank)."""
         return self.meta.set_index("rank")["offset_ns"]
 
-    def frame(self, name: str) -> pd.DataFrame:
-        """Event frame ``name`` of every rank with a leading ``rank`` column (columns as the Report's;
-        shared, not copied: copy it before changing it)."""
-        if name not in self._frames:
-            kept = ", ".join(sorted(self._frames))
+    def _check(self, name: str) -> None:
+        if name not in self.kept:
+            kept = ", ".join(sorted(self.kept)) or "none"
             raise RanksError(f"frame {name!r} was not kept (kept: {kept}): pass frames=(..., {name!r}) to "
                              f"load_reports")
-        return self._frames[name]
+
+    def _rank_frame(self, name: str, rank: int) -> pd.DataFrame:
+        if rank not in self.paths:
+            raise RanksError(f"no rank {rank} here (ranks: {self.ranks})")
+        return getattr(load_report(self.paths[rank]), name)  # the columnar cache makes this a Parquet read
+
+    def frame(self, name: str, rank: int | None = None) -> pd.DataFrame:
+        """Event frame ``name`` with a leading ``rank`` column: of one ``rank``, read now from its report
+        (through the columnar cache); or, ``rank=None``, of every rank, read one after another and joined
+        (fine for a few ranks; for many, walk :meth:`frames` instead). Raises RanksError for a frame
+        not asked for in ``load_reports(frames=...)``."""
+        self._check(name)
+        ranks = self.ranks if rank is None else [rank]
+        return _with_rank([self._rank_frame(name, r) for r in ranks], ranks)
+
+    def frames(self, name: str) -> Iterator[tuple[int, pd.DataFrame]]:
+        """``(rank, frame)`` for every rank in turn, each read when asked for: one rank's frame in memory
+        at a time (the frame without a ``rank`` column, as the Report's)."""
+        self._check(name)
+        for r in self.ranks:
+            yield r, self._rank_frame(name, r)
 
     def nvtx(self) -> pd.DataFrame:
         """NVTX ranges and marks of every rank: ``rank`` + the Report's nvtx columns."""
@@ -190,19 +233,23 @@ class Reports:
         st = self._summaries["stage_table"]
         return _merge_stages(st) if merged else st
 
+    def _summary(self, summary: str, merged: bool) -> pd.DataFrame:
+        per = self._summaries[summary]
+        if not merged:
+            return per
+        keys = _MERGED[summary][0]
+        return merge_summary(per, self._order_stats[summary], keys, [c for c in per.columns if c != "rank"])
+
     def nvtx_summary(self, *, merged: bool = False) -> pd.DataFrame:
         """NVTX ranges as ``nsys stats -r nvtx_sum``: per rank (``rank`` column) or, ``merged``, all
-        ranks' instances together (one row per domain/name/style; needs the nvtx frame)."""
-        if not merged:
-            return self._summaries["nvtx_summary"]
-        return nvtx_summary(self._merged_report("nvtx"))
+        ranks' instances together (one row per domain/name/style; from the per-rank results, no frames:
+        see :mod:`labkit.ranks.merge` for which columns are exact)."""
+        return self._summary("nvtx_summary", merged)
 
     def kernel_summary(self, *, merged: bool = False) -> pd.DataFrame:
         """Kernels as ``cuda_gpu_kern_sum``: per rank (``rank`` column) or, ``merged``, all ranks'
-        instances together (needs the kernels frame)."""
-        if not merged:
-            return self._summaries["kernel_summary"]
-        return kernel_summary(self._merged_report("kernels"))
+        instances together (from the per-rank results, as :meth:`nvtx_summary`)."""
+        return self._summary("kernel_summary", merged)
 
     def imbalance(self, *, metric: str = "cpu_ms") -> pd.DataFrame:
         """Per stage, the slowest rank against the fastest, by ``metric`` of the stage table.
@@ -228,42 +275,64 @@ class Reports:
         out = out.reset_index().sort_values(["spread_ms", "stage"], ascending=[False, True], ignore_index=True)
         return out[cols]
 
+    def stragglers(self, *, top: int = 3, metric: str = "cpu_ms") -> pd.DataFrame:
+        """The slowest ranks per stage (as nsys's ``nccl_straggler`` and HTA name them), by ``metric``.
+
+        Returns: stage, place (1 = slowest), rank, ``metric``, median_ms (of the ranks that ran the
+        stage), over_median_ms, ratio (to the median; inf when the median is 0); ``top`` rows per
+        stage at most, stages by their slowest rank's lead over the median, descending.
+        """
+        st = self.stage_table()[["rank", "stage", metric]].dropna(subset=[metric])
+        cols = ["stage", "place", "rank", metric, "median_ms", "over_median_ms", "ratio"]
+        if st.empty:
+            return pd.DataFrame({c: pd.Series(dtype=object if c == "stage" else "float64") for c in cols})
+        st = st.assign(median_ms=st.groupby("stage")[metric].transform("median"))
+        st = st.sort_values(["stage", metric, "rank"], ascending=[True, False, True], kind="stable")
+        st["place"] = st.groupby("stage").cumcount() + 1
+        out = st[st["place"] <= top].copy()
+        out["over_median_ms"] = out[metric] - out["median_ms"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out["ratio"] = np.where(out["median_ms"] > 0, out[metric] / out["median_ms"],
+                                    np.where(out[metric] > 0, np.inf, 1.0))
+        lead = out[out["place"] == 1].set_index("stage")["over_median_ms"]
+        out["lead"] = out["stage"].map(lead)
+        out = out.sort_values(["lead", "stage", "place"], ascending=[False, True, True], ignore_index=True)
+        return out[cols]
+
     def report(self, rank: int, *, aligned: bool = False):
-        """One rank as a :class:`labkit.report.Report` over the kept frames (``aligned``: times
-        shifted onto the earliest rank's clock, so ranks can be drawn on one axis)."""
+        """One rank as a :class:`labkit.report.Report` over the kept frames, read now (``aligned``:
+        times shifted onto the earliest rank's clock, so ranks can be drawn on one axis)."""
         if rank not in self.paths:
             raise RanksError(f"no rank {rank} here (ranks: {self.ranks})")
         shift = int(self.offsets_ns[rank]) if aligned else 0
         parts = {}
-        for name, df in self._frames.items():
-            part = df[df["rank"] == rank].drop(columns="rank").reset_index(drop=True)
+        for name in self.kept:
+            part = self._rank_frame(name, rank).reset_index(drop=True)
             if shift:
                 part = part.assign(start_ns=part["start_ns"] + shift, end_ns=part["end_ns"] + shift)
             parts[name] = part
         return Report.from_frames(**parts, path=self.paths[rank], meta={"rank": rank})
 
-    def _merged_report(self, needs: str):
-        """All ranks' event rows in one Report, for summaries over all instances together (``needs``:
-        the frame the summary reads; a frame not kept would otherwise read as empty)."""
-        self.frame(needs)
-        parts = {n: df.drop(columns="rank") for n, df in self._frames.items()}
-        return Report.from_frames(**parts, path=f"{len(self.ranks)} ranks")
 
-
-def load_reports(paths, *, processes: int | None = None, frames: Sequence[str] = _DEFAULT_FRAMES,
+def load_reports(paths, *, scheduler=None, frames: Sequence[str] = (),
                  ranks: Sequence[int] | None = None) -> Reports:
-    """Load per-rank reports (``.sqlite`` or ``.nsys-rep``) of one run in parallel.
+    """Load per-rank reports (``.sqlite`` or ``.nsys-rep``) of one run: each report's loading and
+    summaries is one task, run where ``scheduler`` says; only the per-report results come back.
 
     Args:
         paths: the reports; a folder or glob pattern is not expanded (pass ``sorted(glob(...))``).
-        processes: worker processes (default: one per report, at most the CPU count; 1 loads
-            in this process). Each worker holds one report at a time, so memory is bounded by the
-            kept frames plus ``processes`` reports being read.
-        frames: event frames to keep (of :data:`FRAMES`); per-rank summaries are always kept.
+        scheduler: None (``$DASK_SCHEDULER_ADDRESS`` when set, else this process, one report after
+            another), ``"serial"``, ``"local"`` (a Dask LocalCluster of worker processes, one per
+            core), a running scheduler's address (``"tcp://HOST:PORT"``), a scheduler file, or a
+            ``distributed.Client``; see :mod:`labkit.ranks.cluster`. Workers must see the paths.
+        frames: event frames (of :data:`FRAMES`) to make available per rank (:meth:`Reports.frame`);
+            the workers read them once (into the columnar cache). None travel back.
         ranks: the rank of each path; default: from the file name (``NAME_<rank>``, nsys's
             ``%q{RANK}``), else the ``RANK`` in the export's recorded environment, else position.
     Returns: :class:`Reports`; each report's notes are kept in ``notes``, prefixed with its rank.
-    Raises: RanksError (no paths, unknown or repeated ranks), ReportError (a report that cannot be read).
+        The client holds the summaries only: memory grows with ranks x summary rows, not events.
+    Raises: RanksError (no paths, unknown or repeated ranks), ClusterError (a scheduler that cannot
+        be used), ReportError (a report that cannot be read).
     """
     paths = [Path(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
     if not paths:
@@ -275,13 +344,7 @@ def load_reports(paths, *, processes: int | None = None, frames: Sequence[str] =
         raise RanksError(f"unknown frame {bad[0]!r}: choose from {', '.join(FRAMES)}")
     if ranks is not None and (len(ranks) != len(paths) or len(set(ranks)) != len(ranks)):
         raise RanksError(f"ranks= must give one distinct rank per path ({len(paths)} paths, ranks {list(ranks)})")
-    workers = min(processes or os.cpu_count() or 1, len(paths))
-    if workers <= 1:
-        loaded = [_load_one(str(p), frames) for p in paths]
-    else:
-        # chunksize 1: a worker never holds more than one report, and results stream back in order
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            loaded = list(pool.map(_load_one, [str(p) for p in paths], [frames] * len(paths), chunksize=1))
+    loaded = run_tasks(_load_one, [str(p) for p in paths], scheduler=scheduler, frames=frames)
     got = list(ranks) if ranks is not None else _assign_ranks(paths, [d["meta"]["env_rank"] for d in loaded])
     order = np.argsort(got, kind="stable")
     got, paths, loaded = [got[i] for i in order], [paths[i] for i in order], [loaded[i] for i in order]
@@ -290,12 +353,10 @@ def load_reports(paths, *, processes: int | None = None, frames: Sequence[str] =
                          for r, p, d in zip(got, paths, loaded)])
     epoch = pd.to_numeric(meta["capture_epoch_ns"], errors="coerce")
     meta.insert(4, "offset_ns", (epoch - epoch.min()).fillna(0).astype("int64"))
-    kept = {}
-    for f in frames:  # one kind at a time, each rank's part dropped once joined: peak ~ kept frames + one kind
-        kept[f] = _with_rank([d["frames"].pop(f) for d in loaded], got)
     summaries = {s: _with_rank([d["summaries"][s] for d in loaded], got) for s in _SUMMARIES}
-    return Reports(ranks=got, paths=dict(zip(got, paths)), meta=meta, _frames=kept, _summaries=summaries,
-                   notes=notes)
+    stats = {s: _with_rank([d["order_stats"][s] for d in loaded], got) for s in _MERGED}
+    return Reports(ranks=got, paths=dict(zip(got, paths)), meta=meta, kept=frames, _summaries=summaries,
+                   _order_stats=stats, notes=notes)
 
 
 def plot_rank_timeline(reports: Reports, *, ranks: Sequence[int] | None = None, window=None,
@@ -317,7 +378,7 @@ def plot_rank_timeline(reports: Reports, *, ranks: Sequence[int] | None = None, 
     ranks = list(reports.ranks if ranks is None else ranks)
     if not ranks:
         raise RanksError("no ranks to draw: pass ranks=None for all, or some of reports.ranks")
-    reports.frame("nvtx")  # the bands are its ranges: without it they would be silently empty
+    reports._check("nvtx")  # the bands are its ranges: without it they would be silently empty
     reps = [reports.report(r, aligned=True) for r in ranks]
     if window is None:
         spans = [(df["start_ns"].min(), df["end_ns"].max()) for rep in reps

@@ -21,6 +21,7 @@ from labkit.report.reader import (_TID_MASK, CUDA_API_COLUMNS, GRAPH_COLUMNS, GR
                                   SUMMARY_COLUMNS, SYNC_COLUMNS, ReportError, _Db, _empty, _pid, _read_cuda_api,
                                   _read_gpu, _read_graphs, _read_kernels, _read_memcpy, _read_memset, _read_meta,
                                   _read_sync, read_strings)
+from labkit.report.columnar import Columnar
 from labkit.report.cpu import profiled_pids, read_osrt, read_threads
 from labkit.report.nvtx import nvtx_frame_empty, read_nvtx
 
@@ -42,7 +43,8 @@ class Report:
     ``memcpy``, ``memset``, ``cuda_api``, ``sync``, ``osrt``, ``gpu`` (one row per GPU), ``threads`` (the
     threads of the processes the profile is about: those with CUDA or NVTX events, else OS runtime
     calls; ``all_threads`` also holds the machine's other processes that nsys listed).
-    Frames are read from the export on first use (and kept), so loading costs next to nothing
+    Frames are read from the export on first use (and kept; large ones also go to the columnar
+    cache, :mod:`labkit.report.columnar`, which later loads read), so loading costs next to nothing
     and a summary that needs two columns of a million kernels reads only those. ``meta`` holds nsys/schema versions,
     capture time and trace span; ``has_cuda`` / ``has_nvtx`` say what the report holds, and
     ``notes`` says in words what it lacks (a CPU run has no CUDA tables: that is data, not a fault).
@@ -57,6 +59,7 @@ class Report:
     _db: _Db | None = field(default=None, repr=False)
     _strings: np.ndarray | None = field(default=None, repr=False)
     _frames: dict = field(default_factory=dict, repr=False)
+    _columnar: Columnar | None = field(default=None, repr=False)
 
     _LOADERS = {
         "nvtx": lambda r: read_nvtx(r._db, r._strings,
@@ -73,11 +76,31 @@ class Report:
 
     def _frame(self, name: str) -> pd.DataFrame:
         if name not in self._frames:
-            try:
-                self._frames[name] = self._LOADERS[name](self)
-            except _DAMAGE as exc:  # values no nsys export holds (a damaged file): say so, in one line
-                raise self._db.fail(name, exc) from None
+            cache = self._columnar if name != "threads" else None
+            df = cache.get(name) if cache is not None else None  # the columnar cache of this very export
+            if df is None:
+                said = len(self.notes)
+                try:
+                    df = self._LOADERS[name](self)
+                except _DAMAGE as exc:  # values no nsys export holds (a damaged file): say so, in one line
+                    raise self._db.fail(name, exc) from None
+                if cache is not None and len(self.notes) == said:  # a frame that left a note is read again
+                    cache.put(name, df)
+            self._frames[name] = df
         return self._frames[name]
+
+    def _derived(self, name: str, build) -> pd.DataFrame | None:
+        """A frame derived from the export for a summary (``build()``; None where it does not apply),
+        built once per Report and, when large, kept in the columnar cache like the frames."""
+        key = f"_{name}"
+        if key not in self._frames:
+            df = self._columnar.get(name) if self._columnar is not None else None
+            if df is None:
+                df = build()
+                if df is not None and self._columnar is not None:
+                    self._columnar.put(name, df)
+            self._frames[key] = df
+        return self._frames[key]
 
     nvtx = property(lambda self: self._frame("nvtx"), doc="NVTX ranges and marks, nested per thread: NVTX_COLUMNS.")
     kernels = property(lambda self: self._frame("kernels"), doc="Kernels: see KERNEL_COLUMNS.")
@@ -291,7 +314,7 @@ def _load_tables(db: _Db, path: Path) -> Report:
         notes.append(f"{path.name}: no GPU activity recorded (CUDA API only): the nsys that recorded it "
                      f"({ver}) may be too old for the GPU driver; profile with a newer nsys")
     return Report(path=path, gpu=gpu, all_threads=threads, meta=meta, notes=notes,
-                  _db=db, _strings=strings)
+                  _db=db, _strings=strings, _columnar=Columnar(path))
 
 
 def profile(command, *, name: str, trace=TRACE, outdir="reports/profiles", capture_range=None,

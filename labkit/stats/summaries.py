@@ -10,6 +10,8 @@ the tests compare them with nsys's own output for the same files. Every summary 
 """
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pandas as pd
 
@@ -51,7 +53,8 @@ def nvtx_summary(rep) -> pd.DataFrame:
     sorted by total time, descending.
     """
     if "nvtx" not in rep._frames and rep._db is not None:
-        df = range_durations(rep._db, rep._strings)  # durations only: no nesting, no payloads
+        # durations only: no nesting, no payloads (kept in the columnar cache for later loads)
+        df = rep._derived("nvtx_durations", lambda: range_durations(rep._db, rep._strings))
         out = _coded_nvtx_summary(df)
         if out is not None:
             return out[["name", "domain", "style"] + SUMMARY_COLUMNS[1:]]
@@ -116,6 +119,25 @@ def _packed_summary(rep, t: str, key: str, where: str = "", label=None) -> pd.Da
     """A summary per string id from one column read: SQLite packs (id, duration) into one integer per
     row, numpy sorts them, and groups, medians and deviations come from the sorted run. ``label``
     turns the StringIds values into names. None when the packing does not fit (the frame path is used)."""
+    digest = hashlib.sha1(f"{t}|{key}|{where}".encode()).hexdigest()[:12]
+    got = rep._derived(f"packed-{digest}", lambda: _packed(rep, t, key, where))  # kept in the columnar cache
+    if got is None:
+        return None
+    packed = got["packed"].to_numpy()
+    if len(packed) == 0:
+        return _summarize(pd.DataFrame({"name": [], "duration_ns": []}), ["name"], "duration_ns")
+    ids, out = _sorted_run_stats(packed)
+    names = _lookup(rep._strings, ids)
+    names[pd.isna(names)] = ""  # an id StringIds lacks (a trimmed export): blank, as the frame path reads it
+    if label is not None:
+        names = np.array([label(x) for x in names], dtype=object)
+    out.insert(0, "name", names)
+    return out.sort_values("total_ns", ascending=False, kind="stable", ignore_index=True)[SUMMARY_COLUMNS]
+
+
+def _packed(rep, t: str, key: str, where: str) -> pd.DataFrame | None:
+    """The sorted ``(id << 40) | duration`` integers of :func:`_packed_summary` (column ``packed``), or
+    None when they do not fit."""
     db = rep._db
     if db.count(t) > 20_000_000:  # group_concat's text is capped at 1 GB
         return None
@@ -126,7 +148,7 @@ def _packed_summary(rep, t: str, key: str, where: str = "", label=None) -> pd.Da
         f"SELECT group_concat(({key} << {_DUR_BITS}) | ([end] - [start])), count(*), sum([end] - [start]) "
         f"FROM [{t}] {where}")[0]
     if n == 0:
-        return _summarize(pd.DataFrame({"name": [], "duration_ns": []}), ["name"], "duration_ns")
+        return pd.DataFrame({"packed": np.empty(0, dtype=np.int64)})
     try:
         packed = np.sort(parse_ints(joined or ""))
     except ValueError:  # not integers: the frame path reads the table and says what is wrong
@@ -135,13 +157,7 @@ def _packed_summary(rep, t: str, key: str, where: str = "", label=None) -> pd.Da
     # loses bits (so the decoded total falls short): either way the frame path takes over
     if len(packed) != n or packed[0] < 0 or int((packed & (2**_DUR_BITS - 1)).sum()) != want:
         return None
-    ids, out = _sorted_run_stats(packed)
-    names = _lookup(rep._strings, ids)
-    names[pd.isna(names)] = ""  # an id StringIds lacks (a trimmed export): blank, as the frame path reads it
-    if label is not None:
-        names = np.array([label(x) for x in names], dtype=object)
-    out.insert(0, "name", names)
-    return out.sort_values("total_ns", ascending=False, kind="stable", ignore_index=True)[SUMMARY_COLUMNS]
+    return pd.DataFrame({"packed": packed})
 
 
 def _sorted_run_stats(packed: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:

@@ -1,0 +1,96 @@
+"""Where per-report work runs: in this process, or as tasks on a Dask cluster (as nsys's recipes do).
+
+:func:`run_tasks` calls one function per item and returns the results in order. ``scheduler``:
+
+- ``None`` (the default): the Dask scheduler named by ``DASK_SCHEDULER_ADDRESS`` when that is set
+  (nsys's recipes and Dask read the same variable), else in this process, one item after another;
+- ``"serial"``: in this process, whatever the environment says;
+- ``"local"``: a ``distributed.LocalCluster`` of worker processes (one per core, one thread each,
+  at most one per item), started for this call and stopped after it;
+- ``"tcp://HOST:PORT"`` (any ``PROTOCOL://`` address): a running scheduler (``dask scheduler``);
+- the path of a scheduler file (``dask scheduler --scheduler-file F``, as under Slurm);
+- a ``distributed.Client``: used as it is, left open.
+
+The workers must be able to import labkit and read the reports' paths (a shared file system). Only
+what the function returns travels back; Dask is imported only when a cluster is used.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Callable, Sequence
+
+from labkit.errors import LabkitError
+
+__all__ = ["run_tasks", "ClusterError", "scheduler_from_env", "ENV_ADDRESS"]
+
+ENV_ADDRESS = "DASK_SCHEDULER_ADDRESS"
+
+
+class ClusterError(LabkitError):
+    """A Dask scheduler that cannot be used (unknown name, unreachable address, missing scheduler file)."""
+
+
+def scheduler_from_env(scheduler=None):
+    """What ``scheduler=None`` means here: ``$DASK_SCHEDULER_ADDRESS`` when set, else ``"serial"``."""
+    if scheduler is None:
+        return os.environ.get(ENV_ADDRESS) or "serial"
+    return scheduler
+
+
+def _connect(scheduler, n_items: int):
+    """(client, [what to close after]) for a scheduler that is not "serial": the client and the cluster
+    this call opened, never a client it was given."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise ClusterError("Dask's distributed is not installed: pip install 'dask[distributed]' (labkit "
+                           "depends on it; reinstall labkit), or pass scheduler='serial'") from None
+    if not isinstance(scheduler, (str, os.PathLike)):
+        if isinstance(scheduler, Client):
+            return scheduler, []
+        raise ClusterError(f"scheduler={scheduler!r}: pass None, 'serial', 'local', a scheduler address "
+                           f"(tcp://HOST:PORT), a scheduler file or a distributed.Client")
+    text = str(scheduler)
+    if text == "local":
+        workers = max(1, min(os.cpu_count() or 1, n_items))
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                               silence_logs=logging.ERROR)
+        client = Client(cluster)
+        return client, [client, cluster]
+    try:
+        if "://" in text:
+            client = Client(text, timeout="10s")
+            return client, [client]
+        if Path(text).is_file():
+            client = Client(scheduler_file=text, timeout="10s")
+            return client, [client]
+    except (OSError, TimeoutError) as exc:
+        where = text if "://" in text else f"the scheduler in {text}"
+        raise ClusterError(f"cannot reach the Dask scheduler at {where} ({type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else 'no answer'}): start it (dask scheduler; "
+                           f"dask worker ADDRESS), check the address, or pass scheduler='local'") from None
+    raise ClusterError(f"scheduler {text!r} is neither 'serial', 'local', an address (tcp://HOST:PORT) nor an "
+                       f"existing scheduler file: pass one of those (from ${ENV_ADDRESS} when unset)")
+
+
+def run_tasks(func: Callable, items: Sequence, *, scheduler=None, **kwargs) -> list:
+    """``[func(item, **kwargs) for item in items]``, run where ``scheduler`` says (see the module doc).
+
+    An exception raised by ``func`` on a worker is raised here, as it is (a LabkitError stays one).
+    """
+    scheduler = scheduler_from_env(scheduler)
+    if scheduler == "serial":
+        return [func(item, **kwargs) for item in items]
+    client, opened = _connect(scheduler, len(items))
+    try:
+        # pure=False: a report read twice is read again (its file may have changed in between)
+        futures = client.map(func, list(items), pure=False, **kwargs)
+        try:
+            return client.gather(futures)
+        finally:
+            client.cancel(futures)  # on an error, the rest stop; on success, the workers drop the results
+    finally:
+        for thing in opened:
+            thing.close()
