@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from labkit.errors import LabkitError
+from labkit.safe_text import csv_frame, terminal
 
 __all__ = ["main", "cli_profile", "cli_summary", "cli_compare", "text_table"]
 
@@ -111,7 +112,7 @@ def cli_summary(argv: list[str]) -> int:
         if len(out) > 1:
             print(("\n" if i else "") + (f"# {w}" if args.csv else f"== {w} =="))
         if args.csv:
-            df.to_csv(sys.stdout, index=False)
+            csv_frame(df).to_csv(sys.stdout, index=False)  # names from a report are data
         elif len(df) == 0:
             print(f"(no {w} data in {args.report})")
         else:
@@ -141,7 +142,7 @@ def cli_compare(argv: list[str]) -> int:
     if args.top:
         df = df.head(args.top)
     if args.csv:
-        df.to_csv(sys.stdout, index=False)
+        csv_frame(df).to_csv(sys.stdout, index=False)  # names from a report are data
     elif len(df) == 0:
         print("(nothing to compare: neither report holds NVTX ranges, kernels or CUDA API calls)")
     else:
@@ -209,8 +210,9 @@ def text_table(df, *, width: int | None = None) -> str:
         return col.map(lambda v: "" if pd.isna(v) else f"{float(v):.{places}f}")
 
     numeric = {c: pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in df.columns}
-    cells = {c: numbers(df[c]) if numeric[c] else df[c].astype(str) for c in df.columns}
-    widths = {c: max(len(str(c)), int(cells[c].str.len().max())) for c in df.columns}
+    # text from a report is data: control characters shown, never obeyed (a newline splits no row)
+    cells = {c: numbers(df[c]) if numeric[c] else df[c].map(terminal) for c in df.columns}
+    widths = {c: max(len(terminal(c)), int(cells[c].str.len().max() if len(df) else 0)) for c in df.columns}
     text = [c for c in df.columns if not numeric[c]]
     while width and text:
         over = sum(widths.values()) + 2 * (len(widths) - 1) - width
@@ -225,4 +227,4 @@ def text_table(df, *, width: int | None = None) -> str:
         return "  ".join(v.rjust(widths[c]) if numeric[c] else v.ljust(widths[c])
                          for c, v in zip(df.columns, values)).rstrip()
 
-    return "\n".join([line([str(c) for c in df.columns])] + [line(r) for r in zip(*cells.values())])
+    return "\n".join([line([terminal(c) for c in df.columns])] + [line(r) for r in zip(*cells.values())])

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from labkit.safe_text import mathtext
+
 __all__ = ["compare", "plot_compare", "COMPARE_COLUMNS"]
 
 COMPARE_COLUMNS = ["kind", "name", "domain", "count_a", "count_b", "delta_count", "total_a_ns", "total_b_ns",
@@ -91,7 +93,7 @@ def plot_compare(diff: pd.DataFrame, *, top: int = 15, title: str | None = None)
     fig = Figure(figsize=(8.0, max(2.5, 0.35 * len(d) + 1.2)), layout="constrained")
     ax = fig.subplots()
     labels = [f"{k}: {dom + ':' if dom else ''}{n}" for k, dom, n in zip(d["kind"], d["domain"], d["name"])]
-    labels = [lab if len(lab) <= 60 else lab[:57] + "..." for lab in labels]
+    labels = [mathtext(lab if len(lab) <= 60 else lab[:57] + "...") for lab in labels]  # data, not mathtext
     ax.barh(range(len(d)), d["delta_ns"] / 1e6, color=[colors.get(k, "0.5") for k in d["kind"]])
     ax.set_yticks(range(len(d)), labels, fontsize=8)
     ax.axvline(0, color="0.3", lw=1)
@@ -102,5 +104,5 @@ def plot_compare(diff: pd.DataFrame, *, top: int = 15, title: str | None = None)
     if len(d):
         ax.legend(fontsize=8, loc="best")
     a, b = diff.attrs.get("a", "a"), diff.attrs.get("b", "b")
-    ax.set_title(title or f"What changed: {a.rsplit('/', 1)[-1]} -> {b.rsplit('/', 1)[-1]}", fontsize=10)
+    ax.set_title(title or mathtext(f"What changed: {a.rsplit('/', 1)[-1]} -> {b.rsplit('/', 1)[-1]}"), fontsize=10)
     return fig
