@@ -176,14 +176,14 @@ def cli_profile(argv: list[str]) -> int:
         return 2
     # default name: the script of "python script.py ...", else the program itself
     is_python = Path(cmd[0]).name.startswith("python") and len(cmd) > 1 and not cmd[1].startswith("-")
-    name = args.name or Path(cmd[1] if is_python else cmd[0]).stem
+    name = args.name if args.name is not None else Path(cmd[1] if is_python else cmd[0]).stem  # "": refused
     try:
         rep = profile(cmd, name=name, trace=args.trace.split(","), outdir=args.outdir,
                       capture_range=args.capture_range, overwrite=args.overwrite)
     except LabkitError as exc:
         print(f"labkit: {exc}", file=sys.stderr)
         return 1
-    print(f"report: {rep.path} (sqlite: {Path(rep.path).with_suffix('.sqlite')}, log: {rep.log_path})")
+    print(terminal(f"report: {rep.path} (sqlite: {Path(rep.path).with_suffix('.sqlite')}, log: {rep.log_path})"))
     if args.summary != "none":
         df = summaries.nvtx_summary(rep) if args.summary == "nvtx" else summaries.kernel_summary(rep)
         print(text_table(df, width=_terminal_width()) if len(df) else f"(no {args.summary} data)")
