@@ -67,4 +67,6 @@ class Outcome:
 
     def _repr_markdown_(self) -> str:
         head = {"ok": "", "skipped": "**Not run here.** ", "failed": "**Failed.** "}[self.status]
-        return head + str(self)
+        from labkit.safe_text import markdown_no_html
+
+        return head + markdown_no_html(str(self))  # the step and the reason are data

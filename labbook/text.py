@@ -8,10 +8,13 @@ import math
 
 def say(text: str):
     """A computed sentence, rendered as markdown in a notebook (``IPython.display.Markdown``;
-    its text is ``.data``)."""
+    its text is ``.data``). The names it quotes come from ledgers and reports: raw HTML in it is
+    escaped (outside code spans), so a crafted step name shows as text and never runs."""
     from IPython.display import Markdown
 
-    return Markdown(text)
+    from labkit.safe_text import markdown_no_html
+
+    return Markdown(markdown_no_html(text))
 
 
 def number(x) -> str:
@@ -52,7 +55,9 @@ def warnings_in_cells() -> None:
             return python_way(message, category, filename, lineno, file, line)
         from IPython.display import display
 
-        display(say(f"**{category.__name__}:** {message}"))
+        from labkit.safe_text import markdown_cell
+
+        display(say(f"**{category.__name__}:** {markdown_cell(message)}"))  # one line, its names as text
 
     show.labbook = True
     warnings.showwarning = show

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from labkit.errors import LabkitError
+from labkit.safe_text import csv_frame, terminal
 
 __all__ = ["main", "cli_profile", "cli_summary", "cli_compare", "cli_advise", "cli_bottleneck", "cli_timeline",
            "cli_kernels", "text_table", "report_paths"]
@@ -139,7 +140,7 @@ def _print_tables(out: list, args, source: str) -> None:
         if len(out) > 1:
             print(("\n" if i else "") + (f"# {w}" if args.csv else f"== {w} =="))
         if args.csv:
-            df.to_csv(sys.stdout, index=False)
+            csv_frame(df).to_csv(sys.stdout, index=False)
         elif len(df) == 0:
             print(f"(no {w} data in {source})")
         else:
@@ -224,14 +225,14 @@ def cli_profile(argv: list[str]) -> int:
         return 2
     # default name: the script of "python script.py ...", else the program itself
     is_python = Path(cmd[0]).name.startswith("python") and len(cmd) > 1 and not cmd[1].startswith("-")
-    name = args.name or Path(cmd[1] if is_python else cmd[0]).stem
+    name = args.name if args.name is not None else Path(cmd[1] if is_python else cmd[0]).stem  # "": refused
     try:
         rep = profile(cmd, name=name, trace=args.trace.split(","), outdir=args.outdir,
                       capture_range=args.capture_range, overwrite=args.overwrite)
     except LabkitError as exc:
         print(f"labkit: {exc}", file=sys.stderr)
         return 1
-    print(f"report: {rep.path} (sqlite: {Path(rep.path).with_suffix('.sqlite')}, log: {rep.log_path})")
+    print(terminal(f"report: {rep.path} (sqlite: {Path(rep.path).with_suffix('.sqlite')}, log: {rep.log_path})"))
     if args.summary != "none":
         df = summaries.nvtx_summary(rep) if args.summary == "nvtx" else summaries.kernel_summary(rep)
         print(text_table(df, width=_terminal_width()) if len(df) else f"(no {args.summary} data)")
@@ -258,8 +259,9 @@ def text_table(df, *, width: int | None = None) -> str:
         return col.map(lambda v: "" if pd.isna(v) else f"{float(v):.{places}f}")
 
     numeric = {c: pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in df.columns}
-    cells = {c: numbers(df[c]) if numeric[c] else df[c].astype(str) for c in df.columns}
-    widths = {c: max(len(str(c)), int(cells[c].str.len().max())) for c in df.columns}
+    # text from a report is data: control characters shown, never obeyed (a newline splits no row)
+    cells = {c: numbers(df[c]) if numeric[c] else df[c].map(terminal) for c in df.columns}
+    widths = {c: max(len(terminal(c)), int(cells[c].str.len().max() if len(df) else 0)) for c in df.columns}
     text = [c for c in df.columns if not numeric[c]]
     while width and text:
         over = sum(widths.values()) + 2 * (len(widths) - 1) - width
@@ -274,7 +276,7 @@ def text_table(df, *, width: int | None = None) -> str:
         return "  ".join(v.rjust(widths[c]) if numeric[c] else v.ljust(widths[c])
                          for c, v in zip(df.columns, values)).rstrip()
 
-    return "\n".join([line([str(c) for c in df.columns])] + [line(r) for r in zip(*cells.values())])
+    return "\n".join([line([terminal(c) for c in df.columns])] + [line(r) for r in zip(*cells.values())])
 
 
 # ----------------------------------------------------------------------------- commands on one report
@@ -371,7 +373,7 @@ def cli_advise(argv: list[str]) -> int:
     if args.json:
         _print_json({"report": str(rep.path), **dict(df.attrs), "findings": df})
     elif args.csv:
-        df.to_csv(sys.stdout, index=False)
+        csv_frame(df).to_csv(sys.stdout, index=False)
     else:
         note = df.attrs.get("note")
         if note:
@@ -407,7 +409,7 @@ def cli_bottleneck(argv: list[str]) -> int:
         _print_json({"report": str(rep.path), **_jsonable(b)})
     elif args.csv:
         if table is not None:
-            table.to_csv(sys.stdout, index=False)
+            csv_frame(table).to_csv(sys.stdout, index=False)
     else:
         print(str(b))
         if table is not None and len(table):
@@ -515,7 +517,7 @@ def cli_kernels(argv: list[str]) -> int:
         if len(out) > 1:
             print(("\n" if i else "") + (f"# {w}" if args.csv else f"== {w} =="))
         if args.csv:
-            df.to_csv(sys.stdout, index=False)
+            csv_frame(df).to_csv(sys.stdout, index=False)
         elif len(df) == 0:
             print(f"(no {w} data in {args.report})")
         else:
@@ -557,7 +559,7 @@ def cli_compare(argv: list[str]) -> int:
         return 0
     if args.csv:  # the CSV stays a table: the headline goes to stderr
         print(str(head), file=sys.stderr)
-        df.to_csv(sys.stdout, index=False)
+        csv_frame(df).to_csv(sys.stdout, index=False)
         return 0
     print(str(head))
     print()

@@ -37,6 +37,13 @@ def validate(cfg: Any) -> None:
         raise PipelineError(f"{len(cfg.inputs)} inputs but --streams {cfg.streams}: give one input (copied to every "
                             "stream) or one per stream", EXIT_USAGE)
     for p in cfg.inputs:
+        try:  # OpenCV takes the name as UTF-8 text: a name in another encoding crashed it (SIGSEGV)
+            str(p).encode("utf-8")
+        except UnicodeEncodeError:
+            shown = os.fsencode(str(p)).decode("ascii", "backslashreplace")
+            raise PipelineError(f"--input {shown}: its file name is not valid UTF-8, which OpenCV cannot open: rename "
+                                "the file (e.g. convmv -f latin1 -t utf8 --notest) or link it under a UTF-8 name",
+                                EXIT_USAGE) from None
         if str(p).lower().startswith(_URL_SCHEMES):
             raise PipelineError(f"--input {p}: URLs are not supported: download the video first", EXIT_USAGE)
         if not Path(p).exists():

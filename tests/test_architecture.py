@@ -174,9 +174,10 @@ def test_no_flag_of_the_application_in_labkit():
 
 
 # labkit's rooms, bottom to top: a module may import its own room, a room below, or the top level's
-# shared modules (errors, progress, annotate, env, style, api); doctor and cli sit above every room.
+# shared modules (errors, progress, annotate, env, style, api, safe_text, paths); doctor and cli sit above every room.
 FLOORS = ["record", "report", "stats", ("judge", "show"), "ranks", "bench"]
-SHARED = {"labkit.errors", "labkit.progress", "labkit.annotate", "labkit.env", "labkit.style", "labkit.api"}
+SHARED = {"labkit.errors", "labkit.progress", "labkit.annotate", "labkit.env", "labkit.style", "labkit.api",
+          "labkit.safe_text", "labkit.paths"}
 
 
 def _floor(module: str) -> int | None:

@@ -17,6 +17,7 @@ import math
 
 import pandas as pd
 
+from labkit.safe_text import mathtext as _m  # names from ledgers are text, never mathtext
 from labkit.style import colour_map
 from labkit.bench.tables import SpeedupTable, latest_rows
 
@@ -60,14 +61,14 @@ def speedup_bars(table: SpeedupTable, *, title: str | None = None):
     for j, m in enumerate(machines):
         xs = [i + (j - (len(machines) - 1) / 2) * width for i in range(len(steps))]
         vals = sp[m].astype(float).tolist()
-        bars = ax.bar(xs, [0 if math.isnan(v) else v for v in vals], width, label=m)
+        bars = ax.bar(xs, [0 if math.isnan(v) else v for v in vals], width, label=_m(m))
         for bar, v in zip(bars, vals):
             if not math.isnan(v):
                 ax.annotate(f"{v:.2g}x" if v < 10 else f"{v:.0f}x", (bar.get_x() + bar.get_width() / 2, v),
                             ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
     ax.axhline(1.0, color="0.3", lw=1, ls="--")
     crowded = len(steps) > 4  # slant long step names so they do not overlap
-    ax.set_xticks(range(len(steps)), steps, rotation=20 if crowded else 0, ha="right" if crowded else "center")
+    ax.set_xticks(range(len(steps)), [_m(s) for s in steps], rotation=20 if crowded else 0, ha="right" if crowded else "center")
     ax.set_ylabel(f"speed-up over {table.baseline!r} ({table.metric})")
     ax.set_title(title or f"Speed-up per step ({table.metric})")
     ax.margins(y=0.12)
@@ -93,9 +94,9 @@ def fps_vs_accuracy(frame: pd.DataFrame, accuracy: str = "map50", *, metric: str
     ax = axes[0, 0]
     groups = df.groupby("machine", sort=False) if "machine" in df.columns else [("", df)]
     for machine, g in groups:
-        ax.scatter(g[metric], g[accuracy], s=40, label=machine or None, zorder=3)
+        ax.scatter(g[metric], g[accuracy], s=40, label=_m(machine) if machine else None, zorder=3)
         for _, r in g.iterrows():
-            ax.annotate(str(r["step"]), (r[metric], r[accuracy]), fontsize=8, xytext=(4, 4),
+            ax.annotate(_m(r["step"]), (r[metric], r[accuracy]), fontsize=8, xytext=(4, 4),
                         textcoords="offset points")
     positive = df[metric][df[metric] > 0]
     if len(positive) and positive.max() / positive.min() > 20:  # CPU and GPU rows on one axis
@@ -127,11 +128,11 @@ def stage_bars(frame: pd.DataFrame, *, title: str | None = None):
     colors = _stage_colors(stages)
     for ax, machine in zip(axes[:, 0], machines):
         g = df if machine is None else df[df["machine"] == machine]
-        steps = list(g["step"])
+        steps = [_m(s) for s in g["step"]]
         left = [0.0] * len(g)
         for col in stages:
             vals = g[col].fillna(0.0).astype(float).tolist()
-            ax.barh(steps, vals, left=left, label=col.split(".", 1)[1], color=colors[col])
+            ax.barh(steps, vals, left=left, label=_m(col.split(".", 1)[1]), color=colors[col])
             left = [a + b for a, b in zip(left, vals)]
         for y, total in enumerate(left):
             ax.annotate(f"{total:.1f} ms", (total, y), va="center", fontsize=8, xytext=(3, 0),
@@ -139,7 +140,7 @@ def stage_bars(frame: pd.DataFrame, *, title: str | None = None):
         ax.invert_yaxis()  # first step on top
         ax.set_xlabel("ms per frame")
         ax.margins(x=0.12)
-        ax.set_title(machine if machine else (title or "Time per frame by stage"), fontsize=10)
+        ax.set_title(_m(machine) if machine else (title or "Time per frame by stage"), fontsize=10)
     # one legend for all panels, below them: above the axes it covered the panel's title
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=8, ncols=min(len(stages), 6), loc="outside lower center")
@@ -169,7 +170,7 @@ def tradeoff(frame: pd.DataFrame, *, label: str, title: str | None = None):
     ax = axes[0, 0]
     ax.plot(frame["fps"], frame["latency_p50_ms"], "o-", zorder=3)
     for value, x, y in zip(frame[label], frame["fps"], frame["latency_p50_ms"]):
-        ax.annotate(f"{label} {value}", (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points")
+        ax.annotate(_m(f"{label} {value}"), (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points")
     ax.set_xlabel("throughput (frames/s)")
     ax.set_ylabel("latency p50 (ms)")
     ax.set_title(title or f"latency against throughput, by {label}")
@@ -229,7 +230,7 @@ def predicted_vs_measured(table: SpeedupTable, *, machine: str | None = None, ti
                linewidths=2.5, zorder=3, label="predicted bound")
     ax.axhline(1.0, color="0.3", lw=1, ls="--")
     crowded = len(p) > 4
-    ax.set_xticks(xs, [f"{s}\n(on {b})" if isinstance(b, str) else s for s, b in zip(p.index, p["builds_on"])],
+    ax.set_xticks(xs, [_m(f"{s}\n(on {b})" if isinstance(b, str) else s) for s, b in zip(p.index, p["builds_on"])],
                   rotation=20 if crowded else 0, ha="right" if crowded else "center", fontsize=8)
     ax.set_ylabel(f"{table.metric} over the step built on")
     ax.set_title(title or "Predicted bound against measured speed-up, per step")

@@ -72,7 +72,9 @@ def _stamp() -> str:
 
 
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", name).strip("_") or "run"
+    """A run name as a file-name stem: other characters as ``_``, no leading dot (``..``, a hidden
+    file), at most 180 bytes (its files add ``.r12.json`` and the like; NAME_MAX is 255)."""
+    return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", str(name)).strip("_.")[:180] or "run"
 
 
 def _append(ledger, row: Mapping) -> None:

@@ -59,16 +59,17 @@ def intervals(latest: pd.DataFrame, steps, machines, baseline: str, metric: str)
     return low, high, notes
 
 
-def caption_of(latest: pd.DataFrame, machines: Sequence[str]) -> str:
-    """The machine(s), the mode(s) and what a mode is, as one or two sentences."""
+def caption_of(latest: pd.DataFrame, machines: Sequence[str], quote=str) -> str:
+    """The machine(s), the mode(s) and what a mode is, as one or two sentences; ``quote`` makes
+    the names from the ledger safe for where the caption goes (:mod:`labkit.safe_text`)."""
     if len(machines) == 1:
-        where = f"Machine: {machines[0]}."
+        where = f"Machine: {quote(machines[0])}."
     else:
-        where = "Machines: " + ", ".join(f"[{i}] {m}" for i, m in enumerate(machines, 1)) + "."
+        where = "Machines: " + ", ".join(f"[{i}] {quote(m)}" for i, m in enumerate(machines, 1)) + "."
     modes = [m for m in dict.fromkeys(latest.get("provenance.mode", pd.Series(dtype=object)).dropna())]
     parts = [where]
     if modes:
-        parts.append(f"Mode: {', '.join(map(str, modes))}.")
+        parts.append(f"Mode: {', '.join(map(quote, modes))}.")
     parts += [MODE_NOTES[m][0].upper() + MODE_NOTES[m][1:] + "." for m in modes if m in MODE_NOTES]
     return " ".join(parts)
 
@@ -157,6 +158,8 @@ def to_markdown(table, *, provenance: bool = False) -> str:
     """The caption, then the table (tabulate "pipe"); several machines: headers ``speed-up [1]``..."""
     from tabulate import tabulate
 
+    from labkit.safe_text import markdown_cell as cell
+
     f = display_frame(table, provenance=provenance)
     if isinstance(f.columns, pd.MultiIndex):
         index = {m: i for i, m in enumerate(table.machines, 1)}
@@ -164,9 +167,11 @@ def to_markdown(table, *, provenance: bool = False) -> str:
     else:
         headers = list(f.columns)
     align = ["left" if h in ("kind", "builds_on") else "right" for h in headers]
-    body = tabulate(f.reset_index().values.tolist(), headers=["step", *headers], tablefmt="pipe",
+    rows = [[cell(v) for v in r] for r in f.reset_index().values.tolist()]  # names from ledgers are data
+    body = tabulate(rows, headers=["step", *headers], tablefmt="pipe",
                     disable_numparse=True, colalign=("left", *align))
-    return f"{table.caption}\n\n{body}" if table.caption else body
+    caption = caption_of(table.rows, table.machines, quote=cell) if table.caption else ""
+    return f"{caption}\n\n{body}" if caption else body
 
 
 def styled(table, *, provenance: bool = False):
@@ -176,7 +181,11 @@ def styled(table, *, provenance: bool = False):
     def tone(v):
         return "color: #a33; font-style: italic" if isinstance(v, str) and (ABOVE in v or SHORT in v) else ""
 
-    st = f.style.set_caption(table.caption).map(tone)
+    from labkit.safe_text import html
+
+    # every name in it comes from a ledger, maybe someone else's: escaped, never markup
+    st = f.style.format(escape="html").format_index(escape="html", axis=0).format_index(escape="html", axis=1)
+    st = st.set_caption(caption_of(table.rows, table.machines, quote=html) if table.caption else "").map(tone)
     st = st.set_properties(**{"text-align": "right", "white-space": "nowrap"})
     return st.set_table_styles([
         {"selector": "caption", "props": "caption-side: top; text-align: left; font-weight: normal; color: #444"},

@@ -48,6 +48,7 @@ import pandas as pd
 
 from labkit.env import reports_dir
 from labkit.errors import LabkitError, OutputError, check_writable, output_error
+from labkit.safe_text import terminal
 from labkit.bench.ledger import Ledger, frame_of
 
 __all__ = ["speedup_table", "class_view", "SpeedupTable", "SpeedupTableError", "SpeedupWarning", "load_ledgers",
@@ -437,7 +438,7 @@ def cli_table(argv: list[str]) -> int:
         print(f"labkit table: {exc}", file=sys.stderr)
         return 1
     for w in caught:
-        print(f"labkit table: warning: {w.message}", file=sys.stderr)
+        print(f"labkit table: warning: {terminal(w.message)}", file=sys.stderr)
     text = table.to_markdown(provenance=args.provenance)
     print(text)
     if args.output:

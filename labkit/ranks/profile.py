@@ -7,6 +7,7 @@ error line (torchrun's per-rank logs); a run past its timeout is stopped whole.
 """
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shlex
@@ -20,6 +21,7 @@ from typing import Sequence
 from labkit.record.nsys import TRACE
 from labkit.env import find_nsys, reports_dir
 from labkit.errors import LabkitError, check_writable, output_tail
+from labkit.paths import check_name, nsys_output
 from labkit.ranks.reports import Reports, RanksError, load_reports, rank_from_name
 
 __all__ = ["profile_ranks", "RankFailedError"]
@@ -117,20 +119,21 @@ def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=TRACE,
     if nproc < 1:
         raise RanksError(f"nproc={nproc}: give the number of ranks to start on this machine (1 or more)")
     outdir = Path(outdir) if outdir is not None else reports_dir() / "profiles"
+    check_name(f"{name}_{nproc - 1}", what="report name")
     exe = nsys or find_nsys()
     if not exe or not os.path.isfile(exe):
         raise NsysNotFoundError("nsys not found: install it with scripts/install-nsys, or set LABKIT_NSYS to "
                                 "the nsys executable")
     # pre-flight before anything is touched: the folder writable, room for every rank's report
     check_writable(outdir, need_bytes=PROFILE_SPACE * nproc, what="write the rank reports into")
-    old = sorted(outdir.glob(f"{name}_*.nsys-rep")) + sorted(outdir.glob(f"{name}_*.sqlite"))
+    old = sorted(outdir.glob(f"{glob.escape(name)}_*.nsys-rep")) + sorted(outdir.glob(f"{glob.escape(name)}_*.sqlite"))
     old = [p for p in old if rank_from_name(p) is not None]
     if old and not overwrite:
         raise ReportExistsError(f"{old[0]} already exists: pass overwrite=True or choose another name")
     for p in old:
         p.unlink()
     log, log_dir = outdir / f"{name}.log", outdir / f"{name}_logs"
-    nsys_argv = profile_command(argv_cmd, output=outdir / f"{name}_%q{{RANK}}", trace=trace, nsys_args=nsys_args,
+    nsys_argv = profile_command(argv_cmd, output=f"{nsys_output(outdir / name)}_%q{{RANK}}", trace=trace, nsys_args=nsys_args,
                                 overwrite=overwrite, nsys=exe)
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
             f"--log-dir={log_dir}", "--tee=3", *torchrun_args, "--no-python", *nsys_argv]

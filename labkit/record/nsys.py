@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from labkit.errors import LabkitError, check_writable, output_error, output_tail as _tail
+from labkit.paths import nsys_output, report_files
 from labkit.record.proc import (child_setup, exit_reason, process_reason, program_lines, remove_stream_files as
                                 _remove_stream_files)
 from labkit.record.proc import wait_with_progress as _wait_with_progress
@@ -114,8 +115,9 @@ def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", captur
     if not argv_cmd:
         raise NsysError("empty command: pass the program to profile, e.g. ['python', 'app.py']")
     outdir = Path(outdir)
+    files = report_files(outdir, name)  # the one name check; the suffix is added, as nsys does
     base = outdir / name
-    rep, db, log = base.with_suffix(".nsys-rep"), base.with_suffix(".sqlite"), base.with_suffix(".log")
+    rep, db, log = files[".nsys-rep"], files[".sqlite"], files[".log"]
     exe = _nsys_or_raise(nsys)
     run_env = {**os.environ, **(env or {})}
     tmp = run_env.get("TMPDIR") or tempfile.gettempdir()  # nsys's; Python's skips a full one for /tmp
@@ -123,7 +125,7 @@ def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", captur
     check_writable(tmp, need_bytes=PROFILE_SPACE // 2, what="write nsys's temporary .qdstrm into")
     # the name is reserved for this run (see _reserve), so nsys may replace the placeholder
     # nsys 2022.4 starts its program with umask 0000 (every file it makes world-writable): restore 022
-    argv = profile_command(["/bin/sh", "-c", 'umask 022 && exec "$@"', argv_cmd[0], *argv_cmd], output=base, trace=trace, capture_range=capture_range,
+    argv = profile_command(["/bin/sh", "-c", 'umask 022 && exec "$@"', argv_cmd[0], *argv_cmd], output=nsys_output(base), trace=trace, capture_range=capture_range,
                            nsys_args=nsys_args, overwrite=True, nsys=exe,
                            graph_nodes=supports_option(exe, "--cuda-graph-trace"))
     if capture_range and capture_range != "cudaProfilerApi":
@@ -171,7 +173,7 @@ def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", captur
                 f"program output: {log}")
         check_writable(tmp, need_bytes=PROFILE_SPACE // 2,  # a full TMPDIR stops nsys's import
                        what="write nsys's temporary .qdstrm into (set TMPDIR to a folder with room)")
-        qd = base.with_suffix(".qdstrm")
+        qd = Path(f"{base}.qdstrm")
         hint = (" (only a .qdstrm was left: nsys's importer is missing; run scripts/install-nsys to fix it)"
                 if qd.exists() else "")
         raise NsysError(f"nsys finished but wrote no {rep.name}{hint}; its output:\n{_tail(output)}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from labkit.safe_text import mathtext
 from labkit.stats.idle import busy_intervals
 from labkit.show.layout import NothingToDraw, Row, colour_key, colours, layout
 
@@ -26,7 +27,7 @@ def _labels(ax, y, s, e, names, px_ns, origin, white=False):
     keep = (e - s) / px_ns > 40  # at least ~40 px: short names at 7 pt
     last_right = -np.inf
     for si, ei, ni in list(zip(s[keep], e[keep], names[keep]))[:300]:
-        text = str(ni)
+        text = mathtext(ni)  # a range name is text, never mathtext
         need = (len(text) * 5.5 + 6) * px_ns  # 7 pt text is about 5.5 px a character at 100 dpi
         if ei - si < need or si < last_right:
             continue
@@ -87,14 +88,14 @@ def plot_timeline(report, *, window=None, max_depth: int = 2, labels: bool = Tru
             o = np.argsort(s, kind="stable")
             names = keys if how == "name" else df["name"].astype(str).to_numpy(dtype=object)
             _labels(ax, y, s[o], e[o], names[o], px_ns, origin, white=how != "name")
-    ax.set_yticks(range(len(rows) - 1, -1, -1), [r.label for r in rows], fontsize=8 if len(rows) < 20 else 6)
+    ax.set_yticks(range(len(rows) - 1, -1, -1), [mathtext(r.label) for r in rows], fontsize=8 if len(rows) < 20 else 6)
     ax.set_xlim((w0 - origin) / 1e6, (w1 - origin) / 1e6)
     ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set_xlabel("time (ms" + (" from window start)" if relative else ")"))
-    ax.set_title(str(getattr(report, "path", "")).split("/")[-1], fontsize=9)
+    ax.set_title(mathtext(str(getattr(report, "path", "")).split("/")[-1]), fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in list(seen.items())[:16]], loc="upper left",
+    ax.legend(handles=[Patch(color=c, label=mathtext(k)) for k, c in list(seen.items())[:16]], loc="upper left",
               bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
     return fig

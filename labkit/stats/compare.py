@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from labkit.safe_text import mathtext
+
 __all__ = ["compare", "headline", "Headline", "plot_compare", "COMPARE_COLUMNS"]
 
 COMPARE_COLUMNS = ["kind", "name", "domain", "count_a", "count_b", "delta_count", "total_a_ns", "total_b_ns",
@@ -259,7 +261,7 @@ def plot_compare(a, b=None, *, top: int = 15, title: str | None = None, window=N
     fig = Figure(figsize=(8.0, max(2.5, 0.35 * len(d) + 1.2)), layout="constrained")
     ax = fig.subplots()
     labels = [f"{k}: {dom + ':' if dom else ''}{n}" for k, dom, n in zip(d["kind"], d["domain"], d["name"])]
-    labels = [lab if len(lab) <= 60 else lab[:57] + "..." for lab in labels]
+    labels = [mathtext(lab if len(lab) <= 60 else lab[:57] + "...") for lab in labels]  # data, not mathtext
     ax.barh(range(len(d)), d["delta_ns"] / 1e6, color=[colors.get(k, "0.5") for k in d["kind"]])
     ax.set_yticks(range(len(d)), labels, fontsize=8)
     ax.axvline(0, color="0.3", lw=1)

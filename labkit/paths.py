@@ -1,0 +1,203 @@
+"""One boundary for names and paths, and one mechanism for every file labkit writes.
+
+Names that become files (a profile, a step's run, a report, an output) pass :func:`check_name`:
+any name a Linux file system takes and labkit can show is accepted; ``""``, ``.``, ``..``, a
+separator, NUL or another control character, a name that is not valid UTF-8 (from a
+``surrogateescape``-decoded argv) and a name whose file would pass ``NAME_MAX`` (255 bytes) end in one
+:class:`NameError_`-line naming the fix. :func:`report_files` is what ``nsys profile -o`` writes
+for a name (``model.fp16`` -> ``model.fp16.nsys-rep``: a suffix added, never replaced), and
+:func:`nsys_output` escapes ``%`` (nsys expands ``%p``, ``%h``, ``%q{ENV}``, ``%%`` in ``-o``), so
+what labkit reserves is exactly what nsys writes. :func:`check_input` refuses an input that is
+not a readable regular file (a FIFO or a device would block or never end) in one line.
+
+Every file labkit writes goes through :func:`atomic_write` (a temporary file in the same
+folder, then ``rename``): a reader never sees half a file, and a file labkit did not write is
+never replaced without ``overwrite=True`` (``--overwrite``). What labkit wrote is listed in the
+folder's manifest (:data:`MANIFEST`, one JSON line per file or folder, with its size and
+mtime), which is how a later write knows the file is its own and how ``make reset`` knows what
+the lab wrote.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from labkit.errors import LabkitError, OutputError, output_error
+
+__all__ = ["NAME_MAX", "MANIFEST", "NameError_", "OutputExistsError", "check_name", "report_files", "nsys_output",
+           "check_input", "atomic_write", "written_by_labkit", "record_written", "manifest_names"]
+
+NAME_MAX = 255
+"""Bytes in one file name (Linux ``NAME_MAX`` on ext4, xfs, tmpfs, btrfs)."""
+MANIFEST = ".labkit-written"
+"""The file, in each folder labkit writes to, that lists what labkit wrote there."""
+REPORT_SUFFIXES = (".nsys-rep", ".sqlite", ".log")
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+class NameError_(LabkitError, ValueError):
+    """A name cannot become a file name (empty, ``.``/``..``, a separator, too long, not UTF-8)."""
+
+
+class OutputExistsError(OutputError):
+    """The output path holds a file labkit did not write, and overwrite was not asked for."""
+
+
+def _shown(name) -> str:
+    from labkit.safe_text import terminal
+
+    return repr(terminal(name))
+
+
+def check_name(name, *, what: str = "name", suffix: str = ".nsys-rep") -> str:
+    """``name`` when it can be a file name in one folder with ``suffix`` added; else
+    :class:`NameError_` in one line (what is wrong, and the fix)."""
+    if isinstance(name, bytes):
+        name = os.fsdecode(name)
+    if not isinstance(name, str):
+        raise NameError_(f"the {what} must be text, not {type(name).__name__}: pass a name such as 'baseline'")
+    fix = "choose a name of letters, digits, '-', '_' and '.' (e.g. 'baseline')"
+    if name in ("", ".", ".."):
+        raise NameError_(f"the {what} {name!r} cannot be a file name: {fix}")
+    if "/" in name or os.sep in name:
+        raise NameError_(f"the {what} {_shown(name)} holds a path separator, so its files would land outside "
+                         f"their folder: {fix} (give the folder separately: outdir=)")
+    if re.search("[\ud800-\udfff]", name):
+        raise NameError_(f"the {what} {_shown(name)} is not valid UTF-8 (bytes from a file name in another "
+                         f"encoding): rename it to UTF-8 or {fix}")
+    if _CONTROL.search(name):
+        raise NameError_(f"the {what} {_shown(name)} holds a control character (a newline, a tab, NUL...): {fix}")
+    size = len(os.fsencode(name + suffix))
+    if size > NAME_MAX:
+        raise NameError_(f"the {what} is {size} bytes long with its suffix {suffix!r}, more than the {NAME_MAX} "
+                         f"a file name may have here: choose a shorter name")
+    return name
+
+
+def report_files(outdir, name: str) -> dict[str, Path]:
+    """``{suffix: path}`` of what recording ``name`` in ``outdir`` writes (``.nsys-rep``,
+    ``.sqlite``, ``.log``): the suffix added to the whole name, as nsys does."""
+    check_name(name, what="report name")
+    return {s: Path(outdir) / f"{name}{s}" for s in REPORT_SUFFIXES}
+
+
+def nsys_output(base) -> str:
+    """``base`` for ``nsys profile -o``: ``%`` doubled, so nsys writes that very name."""
+    return os.fspath(base).replace("%", "%%")
+
+
+def check_input(path, *, what: str = "input file") -> Path:
+    """``path`` when it is a readable regular file; else :class:`LabkitError` in one line (missing,
+    a folder, a FIFO or device, unreadable)."""
+    import stat
+
+    p = Path(os.fsdecode(path) if isinstance(path, bytes) else path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise LabkitError(f"the {what} {_shown(p)} does not exist: check the path") from None
+    except OSError as exc:
+        raise LabkitError(f"the {what} {_shown(p)} cannot be read ({exc.strerror}): check the path and its "
+                          "permissions") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a special file (FIFO, device or socket)"
+        raise LabkitError(f"the {what} {_shown(p)} is {kind}, not a file: pass a regular file")
+    if not os.access(p, os.R_OK):
+        raise LabkitError(f"the {what} {_shown(p)} is not readable: fix its permissions (chmod u+r)")
+    return p
+
+
+def _manifest_entries(folder: Path) -> dict[str, dict]:
+    try:
+        text = (folder / MANIFEST).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            entry = json.loads(line)
+            out[str(entry["name"])] = entry
+    return out
+
+
+def manifest_names(folder) -> set[str]:
+    """Names of the entries of ``folder`` that labkit recorded writing there."""
+    return set(_manifest_entries(Path(folder)))
+
+
+def record_written(path) -> None:
+    """List ``path`` (a file labkit just wrote, or a folder it created) in its folder's
+    manifest. Best effort: a manifest that cannot be written never fails the write itself."""
+    path = Path(path)
+    try:
+        st = path.stat()
+        is_dir = path.is_dir()
+        entry = {"name": path.name, "kind": "folder" if is_dir else "file"}
+        if not is_dir:
+            entry.update(size=st.st_size, mtime_ns=st.st_mtime_ns)
+        fd = os.open(path.parent / MANIFEST, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, (json.dumps(entry) + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def written_by_labkit(path) -> bool:
+    """True when ``path`` is, unchanged, a file labkit wrote (its manifest entry's size and mtime)."""
+    path = Path(path)
+    entry = _manifest_entries(path.parent).get(path.name)
+    if not entry or entry.get("kind") != "file":
+        return False
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns
+
+
+def atomic_write(path, data: str | bytes, *, overwrite: bool = False, what: str = "file", mode: int = 0o644) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in its folder and a rename.
+
+    An existing ``path`` is replaced only when labkit wrote it (unchanged since) or ``overwrite``;
+    otherwise :class:`OutputExistsError` names it and the fix. Returns the path.
+    Raises: OutputExistsError, OutputError (folder missing or not writable, disk full).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"cannot write the {what} {_shown(path)}: it is a folder: pass a file path")
+    if os.path.lexists(path) and not overwrite and not written_by_labkit(path):
+        raise OutputExistsError(f"{_shown(str(path))} already exists and labkit did not write it: pass --overwrite "
+                                f"(overwrite=True) to replace it, or choose another path")
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    folder = path.parent
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:200]}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise output_error(path, exc, need_bytes=len(raw), what=f"write the {what}") from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, mode & ~umask)
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise output_error(path, exc, need_bytes=len(raw), what=f"write the {what}") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    record_written(path)
+    return path
