@@ -17,12 +17,14 @@ from labkit.env import cache_dir
 
 def app_options(flags: dict, *, video: Path | None = None, mode: str = MODE) -> dict:
     """Every option of a lab run of ``detect_video.py``: the mode's input, frames, warm-up and
-    network size, the output video's location, then ``flags`` (snake case; they win)."""
+    network size, the output video's location, then ``flags`` (snake case; they win). Record mode
+    sizes each step's frames by what its queues hold (``labbook.record_plan.frames_for``)."""
+    from labbook.record_plan import frames_for
     from labbook.video import sample_video
 
     s = settings(mode)
     video = Path(video or sample_video(mode))
-    opts: dict = {"inputs": [str(video)], "frames": s.frames, "warmup": s.warmup,
+    opts: dict = {"inputs": [str(video)], "frames": frames_for(flags, mode), "warmup": s.warmup,
                   "cache_dir": str(cache_dir() / "backends")}
     if s.input_hw:
         opts["input_hw"] = s.input_hw

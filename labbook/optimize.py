@@ -6,7 +6,9 @@ noise: the low end of the speed-up's 95 % interval above 1.0 where the rows have
 else above ``labkit.judge.advice.MIN_GAIN``. INT8 steps are left out (an accuracy decision of its own,
 notebook 05), as are rows faster than their own decoding. The paid steps are combined fastest
 first, each adding its change over the step it builds on unless it conflicts with what is
-already set (two backends or devices, or a torch-only option on another backend); the interval is the
+already set (two backends or devices) or the application refuses it with what is set
+(``source_code.options.refused``: a torch-only option on another backend, ``--compile`` with
+``--cuda-graphs``, the application's own data); the interval is the
 knee's (``labbook.interval.floor``), so the step stays within the floor by construction, and its
 own MOTA is checked against the floor once it ran.
 """
@@ -22,7 +24,6 @@ from labbook.settings import MODE
 from labbook.steps import Step, catalogue
 
 NAME = "optimized"
-TORCH_ONLY = ("compile", "channels_last", "cuda_graphs")
 
 
 def gains(mode: str = MODE) -> pd.DataFrame:
@@ -53,8 +54,9 @@ def gains(mode: str = MODE) -> pd.DataFrame:
 def _conflicts(flags: dict, changed: dict) -> bool:
     if any(k in flags and flags[k] != v for k, v in changed.items()):
         return True
-    merged = {**flags, **changed}
-    return merged.get("backend", "torch") != "torch" and any(merged.get(k) for k in TORCH_ONLY)
+    from source_code.options import refused
+
+    return refused({**flags, **changed}) is not None
 
 
 def step(mode: str = MODE, *, knee: pd.Series | None = None) -> Step:

@@ -67,8 +67,10 @@ SETTINGS = {
                          input_hw=None, batch_sizes=(4, 8, 16), batch=32, streams=(2, 4), intervals=(2, 5, 10, 20, 30), interval=3),
 }
 """Each mode's settings. Small mode is a rehearsal: its tables say so (``REHEARSAL``)."""
-# The H100 reference in budgeted device calls: full-gpu's runs, one value per sweep.
-SETTINGS["record"] = replace(SETTINGS["full-gpu"], batch_sizes=(8,), streams=(4,))
+# The H100 reference in budgeted device calls (scripts/record_reference.py): full-gpu's clip and batch, one value
+# per sweep, one measured run per step (its interval over the run's batches); frames sized per step
+# (labbook.record_plan.frames_for).
+SETTINGS["record"] = replace(SETTINGS["full-gpu"], batch_sizes=(8,), streams=(4,), repeats=1)
 
 
 REHEARSAL = {"small": "small mode: a rehearsal (short runs, one each), not a measurement to quote"}

@@ -1,31 +1,35 @@
 #!/usr/bin/env python
-"""Record the lab's reference in budgeted calls: run by step, resume from a tarball, return the state.
+"""Record the lab's reference in budgeted calls, by a plan: run by step, resume from a tarball, return the state.
 
+    python scripts/record_reference.py plan [--json] [--model h100|cpu] [--mode record] [--steps a,b,...]
     python scripts/record_reference.py prepare [--state-dir .record]
-    python scripts/record_reference.py run --budget 480 --out $OUT [--mode record] [--machine h100]
-        [--steps a,b,...] [--state-dir .record] [--work DIR]
+    python scripts/record_reference.py run --out $OUT [--model h100] [--budget S] [--mode record]
+        [--machine h100] [--steps a,b,...] [--state-dir .record] [--work DIR]
     python scripts/record_reference.py fetch FOLDER [--state-dir .record] [--dest reports/reference]
+
+``plan`` (anywhere): the calls the recording takes on a machine, from its timing model
+(``labbook.record_plan``): each call's steps and modelled minutes, the total, the frames of each step.
 
 ``prepare`` (here, in the git checkout): writes ``STATE_DIR/commit.json`` (the commit and whether
 the tree is dirty), which travels with the state folder to a machine that has no ``.git``.
 
 ``run`` (on the machine that records): restores its state from ``STATE_DIR/state.tgz`` and
-``STATE_DIR/keep.tgz`` when its work folder is new, then runs the plan's steps one by one: the
-catalogue's (``labbook.runs.run_step`` with their flags, ``labbook.steps``), then notebook 06's
-and 08's, which build on what ran before and are resolved when their turn comes (:func:`late_steps`:
-the interval sweep on ``batch<N>``, ``optimized``, ``processes<n>``, ``ranks<n>``), until the next step's
-estimated time (the longest step so far) no longer fits ``--budget`` seconds. Each call runs
-at least one pending step. A step that fails or is skipped is a ledger row, and the driver goes on; a step
-started in two calls that never finished is a failed row. Before each step and at the end it
-writes to ``--out``:
+``STATE_DIR/keep.tgz`` when its work folder is new, makes the clip when the machine has none,
+then runs the plan's steps one by one: the catalogue's (``labbook.runs.run_step``), then notebook
+06's and 08's, resolved when their turn comes (:func:`late_steps`), while the next step's own
+estimate (its timing model's seconds, scaled by what this recording measured against the model
+so far) fits ``--budget`` (default: the model's 9 minutes less the call's write-out). A step
+that alone exceeds the budget runs in a call of its own. A step that fails or is skipped is a
+ledger row, and the driver goes on; a step started in two calls that never finished is a failed
+row. Before each step it writes ``state.tgz`` (progress, ledger, results: what comes back if the
+call is killed); at the end of the call, once:
 
-- ``state.tgz`` (at most 16 MiB): progress, ledger, results, the sample video, the model and
-  compile caches (the caches and the video are left out, largest group last, when they do not fit);
-- ``keep.tgz``: the nsys reports (``.nsys-rep`` and ``.sqlite``) of the baseline and of the
-  fastest profiled step so far;
+- ``state.tgz`` (at most 16 MiB): also the model and compile caches, each left out when it does not fit;
+- ``keep.tgz`` (at most 16 MiB): the trimmed SQLite exports of the key profiled steps and, as they fit, their ``.nsys-rep``;
 - ``reference.tgz``: the partial reference folder (``scripts/save_reference.py``'s files,
   ``provenance.json`` with the commit, and the kept reports), as ``<machine>/...``;
-- ``record.log``: what this call did; its last line says ``complete`` or how many steps remain.
+- ``record.log``: what this call did; the call's modelled and measured minutes; its last line
+  says ``complete`` or how many steps remain.
 
 ``fetch`` (here, after each call): copies ``state.tgz`` and ``keep.tgz`` from the call's returned
 files into the state folder, and unpacks ``reference.tgz`` into ``reports/reference/``.
@@ -44,7 +48,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_STATE = 16 * 2**20
 MAX_ATTEMPTS = 2
 
 
@@ -68,105 +71,10 @@ def commit_info(state_dir: Path) -> dict:
         return {"commit": None, "dirty": None, "note": "no git here and no commit.json: run `prepare` in the checkout"}
 
 
-def _tar(path: Path, members: list[tuple[Path, str]]) -> int:
-    tmp = path.with_name(path.name + ".tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
-        for src, arc in members:
-            if src.exists():
-                tar.add(src, arcname=arc)
-    os.replace(tmp, path)
-    return path.stat().st_size
-
-
-def write_state(work: Path, out: Path, mode: str) -> list[str]:
-    """``out/state.tgz`` of at most 16 MiB; returns the groups left out to fit."""
-    from labbook.video import sample_path
-
-    video = sample_path(mode)
-    groups = [
-        ("progress, ledger, results", [(work / "progress.json", "progress.json"),
-                                       (work / "reports" / "ledger.jsonl", "reports/ledger.jsonl"),
-                                       (work / "reports" / "results", "reports/results")]),
-        ("sample video", [(video, f"data/{video.name}"), (video.with_suffix(".gt.csv"), f"data/{video.stem}.gt.csv")]),
-        ("model cache", [(work / "cache" / "backends", "cache/backends")]),
-        ("compile cache", [(work / "cache" / "inductor", "cache/inductor")]),
-    ]
-    kept: list = []
-    dropped = [name for name, _ in groups]
-    for name, members in groups:
-        if _tar(out / "state.tgz", kept + members) > MAX_STATE and kept:
-            break
-        kept += members
-        dropped.remove(name)
-    _tar(out / "state.tgz", kept)
-    return dropped
-
-
-def restore(state_dir: Path, work: Path) -> bool:
-    """Unpack ``state.tgz`` and ``keep.tgz`` into a new work folder; True when state was restored."""
-    from labbook.settings import DATA
-
-    if (work / "progress.json").exists() or not (state_dir / "state.tgz").exists():
-        return False
-    with tarfile.open(state_dir / "state.tgz") as tar:
-        for m in tar.getmembers():
-            if m.name.startswith("data/"):
-                target = DATA / m.name.removeprefix("data/")
-                if not target.exists():  # a video already here is the user's: never overwritten
-                    DATA.mkdir(parents=True, exist_ok=True)
-                    tar.extract(m, DATA.parent, filter="data")
-            else:
-                tar.extract(m, work, filter="data")
-    if (state_dir / "keep.tgz").exists():
-        with tarfile.open(state_dir / "keep.tgz") as tar:
-            tar.extractall(work / "keep", filter="data")
-        profiles = work / "reports" / "profiles"
-        profiles.mkdir(parents=True, exist_ok=True)
-        for f in (work / "keep").iterdir():
-            shutil.copy2(f, profiles / f.name)
-    return True
-
-
-def _latest(profiles: Path, step: str, suffix: str) -> Path | None:
-    hits = sorted(profiles.glob(f"{step}-*{suffix}"))
-    return hits[-1] if hits else None
-
-
-def key_steps(work: Path) -> list[str]:
-    """The baseline and the fastest ok step that has a profile here."""
-    from labkit.bench.ledger import Ledger
-
-    profiles = work / "reports" / "profiles"
-    rows = [r for r in Ledger(work / "reports" / "ledger.jsonl").rows() if r.get("status", "ok") == "ok"]
-    profiled = [r for r in rows if _latest(profiles, r["step"], ".nsys-rep") and r.get("fps")]
-    best = max(profiled, key=lambda r: r["fps"], default=None)
-    return list(dict.fromkeys(s for s in ("baseline", best and best["step"]) if s and _latest(profiles, s, ".nsys-rep")))
-
-
-def write_keep(work: Path, out: Path) -> list[str]:
-    keep = work / "keep"
-    shutil.rmtree(keep, ignore_errors=True)
-    keep.mkdir(parents=True)
-    steps = key_steps(work)
-    for step in steps:
-        for suffix in (".nsys-rep", ".sqlite"):
-            src = _latest(work / "reports" / "profiles", step, suffix)
-            if src:
-                shutil.copy2(src, keep / src.name)
-    files = sorted(keep.iterdir())
-    if _tar(out / "keep.tgz", [(f, f.name) for f in files]) > MAX_STATE:
-        # the SQLite exports are made again from the .nsys-rep (nsys export) where they do not fit
-        for f in files:
-            if f.suffix == ".sqlite":
-                f.unlink()
-        if _tar(out / "keep.tgz", [(f, f.name) for f in sorted(keep.iterdir())]) > MAX_STATE:
-            print(f"record_reference: keep.tgz is over 16 MiB ({', '.join(steps)}): it will not come back from "
-                  "the device; lower the frames of the record profile", file=sys.stderr)
-    return steps
-
-
 def write_reference(work: Path, out: Path, *, machine: str, provenance: dict) -> str:
     """The partial reference folder, tarred to ``out/reference.tgz``; returns a one-line note."""
+    from labbook.record_state import MAX_TAR, tar
+
     sys.path.insert(0, str(ROOT / "scripts"))
     import save_reference
 
@@ -184,10 +92,10 @@ def write_reference(work: Path, out: Path, *, machine: str, provenance: dict) ->
         shutil.copy2(f, folder / f"{f.name.split('-')[0]}.nsys-rep")
     (folder / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
     members = [(f, f"{machine}/{f.name}") for f in sorted(folder.iterdir())]
-    if _tar(out / "reference.tgz", members) > MAX_STATE:
+    if sum(f.stat().st_size for f, _ in members) > MAX_TAR:  # by construction: the reports go first
         members = [(f, a) for f, a in members if not f.name.endswith(".nsys-rep")]
-        _tar(out / "reference.tgz", members)
         note += "; the kept reports are in keep.tgz only (reference.tgz would pass 16 MiB)"
+    tar(out / "reference.tgz", members)
     return note
 
 
@@ -222,6 +130,32 @@ def run_late(name: str, mode: str):
     return run_scaled(scale_out(start, recorded_options(start))[name], mode=mode)
 
 
+class Estimates:
+    """Each step's estimate from its own timing model (``labbook.record_plan``), scaled by what this
+    recording measured against the model so far (bounded to 0.5-3x)."""
+
+    def __init__(self, model: str, mode: str, plan: list[str], progress: dict):
+        from labbook import record_plan as R
+
+        self.machine = R.machine(model)
+        self.mode = mode
+        steps = R.planned_steps(mode, plan, gpu=self.machine.name != "cpu")
+        self.model = R.estimates(self.machine, mode, steps)
+        self.progress = progress
+
+    def scale(self) -> float:
+        m, s = self.progress["modelled"], self.progress["seconds"]
+        done = [n for n in m if n in s and s[n] > 5]
+        if not done:
+            return 1.0
+        return min(3.0, max(0.5, sum(s[n] for n in done) / sum(m[n] for n in done)))
+
+    def __call__(self, name: str, *, ceiling: bool) -> float:
+        """Seconds ``name`` is expected to take (with the decode-only ceiling when it is still to measure)."""
+        base = self.model.get(name, max(self.model.values()))
+        return (base + (self.model.get("decode_ceiling", 0.0) if ceiling else 0.0)) * self.scale()
+
+
 def run(args) -> int:
     work, out, state_dir = args.work.resolve(), args.out.resolve(), args.state_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -229,13 +163,18 @@ def run(args) -> int:
                        "TORCHINDUCTOR_CACHE_DIR": str(work / "cache" / "inductor"), "LABKIT_MODE": args.mode})
     os.environ.pop("LABKIT_STRICT", None)  # a failed step is a ledger row, never the end of the call
     t0 = time.monotonic()
+    from labbook.record_state import restore, write_keep, write_state  # after the environment: labbook reads it
+
     restored = restore(state_dir, work)
     work.mkdir(parents=True, exist_ok=True)
+    from labkit.bench.truth import ledger_ceiling
     from labkit.bench.ledger import Ledger, not_run
 
+    from labbook import record_plan
     from labbook.runs import run_step
     from labbook.settings import LEDGER
     from labbook.steps import catalogue
+    from labbook.video import sample_path, sample_video
 
     steps, late = catalogue(args.mode), late_steps(args.mode)
     plan = args.steps.split(",") if args.steps else [*steps, *late]
@@ -245,21 +184,28 @@ def run(args) -> int:
               file=sys.stderr)
         return 2
     progress_file = work / "progress.json"
-    progress = json.loads(progress_file.read_text()) if progress_file.exists() else \
-        {"done": [], "attempts": {}, "seconds": {}, "calls": 0}
+    progress = json.loads(progress_file.read_text()) if progress_file.exists() else {}
+    for key, empty in (("done", []), ("attempts", {}), ("seconds", {}), ("modelled", {}), ("calls", 0),
+                       ("call_minutes", [])):
+        progress.setdefault(key, empty)
     progress["calls"] += 1
+    estimate = Estimates(args.model, args.mode, plan, progress)
+    machine = estimate.machine
+    budget = args.budget if args.budget is not None else machine.call_limit_s - machine.call_s
     provenance = {**commit_info(state_dir), "mode": args.mode, "machine": args.machine, "plan": plan}
     _log(out, f"call {progress['calls']}: {'state restored from ' + str(state_dir) if restored else 'work folder ' + str(work)}; "
-              f"budget {args.budget:.0f} s; commit {provenance.get('commit')}")
+              f"budget {budget:.0f} s of steps ({machine.name} model); commit {provenance.get('commit')}")
+    modelled = machine.call_s
+    if not sample_path(args.mode).exists():  # a fresh machine: the clip, made again from its seed
+        c0 = time.monotonic()
+        sample_video(args.mode)
+        modelled += machine.clip_s
+        _log(out, f"clip {sample_path(args.mode).name}: made in {time.monotonic() - c0:.0f} s")
 
-    def save() -> list[str]:
-        """Progress, state.tgz and keep.tgz in ``out``: what comes back if the call is killed."""
+    def save_progress() -> None:
+        """Progress, ledger and results in ``out/state.tgz``: what comes back if the call is killed."""
         progress_file.write_text(json.dumps(progress, indent=1))
-        kept = write_keep(work, out)
-        dropped = write_state(work, out, args.mode)
-        if dropped:
-            _log(out, f"state.tgz: left out {', '.join(dropped)} (16 MiB at most)")
-        return kept
+        write_state(work, out, caches=False)
 
     ran = 0
     for name in plan:
@@ -273,17 +219,22 @@ def run(args) -> int:
             progress["done"].append(name)
             _log(out, f"{name}: failed (never finished in {tries} calls)")
             continue
-        estimate = max(progress["seconds"].values(), default=0.0)
+        ceiling = ledger_ceiling(LEDGER, args.mode) is None
+        need = estimate(name, ceiling=ceiling)
         elapsed = time.monotonic() - t0
-        if ran and elapsed + estimate > args.budget:
-            _log(out, f"stopping before {name}: {elapsed:.0f} s used, the longest step took {estimate:.0f} s, "
-                      f"budget {args.budget:.0f} s")
+        if elapsed + need > budget and (ran or need <= budget):
+            _log(out, f"stopping before {name}: {elapsed:.0f} s used, {name} is estimated at {need:.0f} s, "
+                      f"budget {budget:.0f} s")
             break
         progress["attempts"][name] = tries + 1
-        save()
+        progress["modelled"][name] = round(estimate.model.get(name, need)
+                                           + (estimate.model.get("decode_ceiling", 0.0) if ceiling else 0.0), 1)
+        save_progress()
         s0 = time.monotonic()
         try:
-            outcome = (run_step(name, mode=args.mode, profile=steps[name].kind != "sweep", **dict(steps[name].flags))
+            kind = steps[name].kind if name in steps else "sweep"
+            outcome = (run_step(name, mode=args.mode, profile=record_plan.profiled(name, kind, args.mode),
+                                **dict(steps[name].flags))
                        if name in steps else run_late(name, args.mode))
             status, why = outcome.status, outcome.reason or ""
         except Exception as exc:  # noqa: BLE001 - never stop on a failed step: it becomes a ledger row
@@ -292,18 +243,51 @@ def run(args) -> int:
             status = "failed"
         progress["seconds"][name] = round(time.monotonic() - s0, 1)
         progress["done"].append(name)
+        modelled += progress["modelled"][name]
         ran += status != "skipped"  # a skipped step costs nothing: the next one still runs
-        _log(out, f"{name}: {status} in {progress['seconds'][name]:.0f} s{' (' + why + ')' if why else ''}")
+        _log(out, f"{name}: {status} in {progress['seconds'][name]:.0f} s (modelled {progress['modelled'][name]:.0f} s)"
+                  f"{' (' + why + ')' if why else ''}")
 
     remaining = [s for s in plan if s not in progress["done"]]
-    kept = save()
+    progress_file.write_text(json.dumps(progress, indent=1))
+    kept = write_keep(work, out)
+    dropped = write_state(work, out)
+    if dropped:
+        _log(out, f"state.tgz: left out {', '.join(dropped)} (16 MiB at most): made again where needed")
     provenance.update(complete=not remaining, steps_done=progress["done"], steps_remaining=remaining,
-                      calls=progress["calls"], kept_reports=kept,
+                      calls=progress["calls"], kept_reports=kept, call_minutes=progress["call_minutes"],
                       written=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     note = write_reference(work, out, machine=args.machine, provenance=provenance)
     _log(out, f"reference: {note}; kept reports of {', '.join(kept) or 'no step'}")
+    measured = time.monotonic() - t0
+    progress["call_minutes"].append({"call": progress["calls"], "modelled": round(modelled / 60, 2),
+                                     "measured": round(measured / 60, 2)})
+    progress_file.write_text(json.dumps(progress, indent=1))
+    write_state(work, out)
+    _log(out, f"call {progress['calls']}: modelled {modelled / 60:.2f} min, measured {measured / 60:.2f} min "
+              f"({machine.name} model)")
     _log(out, "complete: every step has a ledger row" if not remaining else
          f"{len(remaining)} of {len(plan)} steps remain: make another call with this state")
+    return 0
+
+
+def show_plan(args) -> int:
+    from labbook.record_plan import plan
+
+    try:
+        p = plan(args.model, args.mode, args.steps.split(",") if args.steps else None)
+    except ValueError as exc:
+        print(f"record_reference: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(p, indent=1))
+        return 0
+    for i, c in enumerate(p["calls"], 1):
+        print(f"call {i}: {c['minutes']:.2f} min: {', '.join(c['steps'])}")
+    lim = p["limits"]
+    print(f"total {p['total_minutes']:.2f} min in {len(p['calls'])} calls ({p['machine']} model; limits "
+          f"{lim['call_minutes']:g} min a call, {lim['total_minutes']:g} min in all): "
+          f"{'fits' if p['fits'] else 'does not fit'}")
     return 0
 
 
@@ -341,13 +325,18 @@ def main(argv: list[str] | None = None) -> int:
     state = argparse.ArgumentParser(add_help=False)
     state.add_argument("--state-dir", type=Path, default=ROOT / ".record", help="where state.tgz, keep.tgz, commit.json lie")
     sub.add_parser("prepare", parents=[state], help="record the commit (in the checkout)")
-    r = sub.add_parser("run", parents=[state], help="run steps within a budget")
-    r.add_argument("--budget", type=float, required=True, help="seconds of steps in this call")
+    model = argparse.ArgumentParser(add_help=False)
+    model.add_argument("--model", default="h100", choices=["h100", "cpu"], help="the timing model (default h100)")
+    model.add_argument("--mode", default="record", choices=["small", "full", "record"])
+    model.add_argument("--steps", default="", help="comma-separated steps: the catalogue's, then 06's and 08's "
+                       "(default: all, in that order)")
+    pl = sub.add_parser("plan", parents=[model], help="the calls of the recording, from the timing model")
+    pl.add_argument("--json", action="store_true", help="print the plan as JSON")
+    r = sub.add_parser("run", parents=[state, model], help="run steps within a budget")
+    r.add_argument("--budget", type=float, default=None,
+                   help="seconds of steps in this call (default: the model's 9 minutes less the write-out)")
     r.add_argument("--out", type=Path, default=os.environ.get("OUT"), help="where state and reference go (default $OUT)")
-    r.add_argument("--mode", default="record", choices=["small", "full", "record"])
     r.add_argument("--machine", default="h100", help="the reference folder's name")
-    r.add_argument("--steps", default="", help="comma-separated steps: the catalogue's, then 06's and 08's "
-                   "(default: all, in that order)")
     r.add_argument("--work", type=Path, default=ROOT / ".record" / "work", help="reports, caches, progress")
     f = sub.add_parser("fetch", parents=[state], help="take a call's returned files (here)")
     f.add_argument("folder")
@@ -355,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "run" and args.out is None:
         p.error("--out is required where $OUT is unset")
-    return {"prepare": prepare, "run": run, "fetch": fetch}[args.cmd](args)
+    return {"plan": show_plan, "prepare": prepare, "run": run, "fetch": fetch}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -17,14 +17,15 @@ CONTRACT (relied on by source_code/backends/ and source_code/export_onnx.py):
 - ``decode(outputs, *, score_thresh=0.3, max_det=100) -> list[np.ndarray]``: one float32
   ``(K, 6)`` array per image, rows ``[x1, y1, x2, y2, score, class]`` in *network input*
   pixels (use ``scale_boxes`` to map to the frame). Peaks are kept by 3x3 max-pool NMS.
-- ``preprocess_frames(frames_bgr_uint8, input_hw=INPUT_HW) -> np.float32 (N, 3, H, W)``:
-  CPU path (cv2.resize INTER_LINEAR, BGR->RGB, /255).
+  ``decode_device`` (GPU part, a tensor on the outputs' device) then ``filter_detections`` (host part).
+- ``preprocess_frames(frames_bgr_uint8, input_hw=INPUT_HW, *, out=None) -> np.float32 (N, 3, H, W)``:
+  CPU path (cv2.resize INTER_LINEAR, BGR->RGB, /255), written into ``out`` when given.
 - ``preprocess_frames_torch(frames_uint8, input_hw=INPUT_HW, *, channels_last=False) -> torch.float32
   (N, 3, H, W)``: same on the device of the input, which is a uint8 tensor ``(N, H0, W0, 3)`` BGR
   (bilinear resize, antialias off, so it matches cv2 to within rounding); contiguous NCHW
   unless ``channels_last``.
 - FP32 on an Ampere or Hopper GPU: PyTorch runs the convolutions in TF32 by default
-  (``torch.backends.cudnn.allow_tf32``); ``make_backend(tf32=False)`` forbids it.
+  (``torch.backends.cudnn.conv.fp32_precision``); ``make_backend(tf32=False)`` forbids it.
 - ``count_flops(model, input_hw=INPUT_HW, batch=1) -> int``: FLOPs of one forward pass per
   frame counted by ``torch.utils.flop_counter.FlopCounterMode`` (which counts 2 FLOPs per
   multiply-accumulate of convolutions and matmuls; elementwise ops are not counted).
@@ -133,17 +134,25 @@ def load_detector(weights: str | Path | None = None, *, device: str | torch.devi
     return model.eval().to(device)
 
 
-def preprocess_frames(frames_bgr_uint8, input_hw: tuple[int, int] = INPUT_HW) -> np.ndarray:
-    """Resize BGR uint8 frames to ``input_hw``, convert to RGB, scale to [0, 1]; returns (N, 3, H, W) float32."""
+def preprocess_frames(frames_bgr_uint8, input_hw: tuple[int, int] = INPUT_HW, *,
+                      out: np.ndarray | None = None) -> np.ndarray:
+    """Resize BGR uint8 frames to ``input_hw``, convert to RGB, scale to [0, 1]; returns (N, 3, H, W) float32.
+
+    ``out``: a float32 array of at least N rows of (3, H, W) (a view of a pinned upload buffer, say)
+    that each frame is written into directly, row by row: no batch is made and then copied."""
     h, w = input_hw
-    out = np.empty((len(frames_bgr_uint8), 3, h, w), dtype=np.float32)
+    n = len(frames_bgr_uint8)
+    if out is None:
+        out = np.empty((n, 3, h, w), dtype=np.float32)
+    elif out.dtype != np.float32 or tuple(out.shape[1:]) != (3, h, w) or out.shape[0] < n:
+        raise ValueError(f"out must be float32 (>= {n}, 3, {h}, {w}), got {out.dtype} {tuple(out.shape)}")
     for i, frame in enumerate(frames_bgr_uint8):
         if frame.shape[0] != h or frame.shape[1] != w:
             frame = cv2_resize(frame, (w, h))
         # channel flip BGR->RGB while transposing HWC->CHW
         np.multiply(frame[:, :, ::-1].transpose(2, 0, 1), np.float32(1.0 / 255.0), out=out[i],
                     casting="unsafe")
-    return out
+    return out[:n]
 
 
 def cv2_resize(frame: np.ndarray, wh: tuple[int, int]) -> np.ndarray:
@@ -169,8 +178,9 @@ def preprocess_frames_torch(frames_uint8: torch.Tensor, input_hw: tuple[int, int
 
 
 @torch.no_grad()
-def decode(outputs, *, score_thresh: float = 0.3, max_det: int = 100) -> list[np.ndarray]:
-    """Turn raw network outputs into per-image ``[x1, y1, x2, y2, score, class]`` arrays (input pixels)."""
+def decode_device(outputs, *, max_det: int = 100) -> torch.Tensor:
+    """The GPU part of :func:`decode`: the top ``max_det`` peaks of each image as a ``(N, K, 6)``
+    float tensor ``[x1, y1, x2, y2, score, class]`` on the outputs' device (nothing copied to the host)."""
     hm, wh, off = (o.float() for o in outputs[:3])
     n, c, oh, ow = hm.shape
     heat = hm.sigmoid()
@@ -191,8 +201,17 @@ def decode(outputs, *, score_thresh: float = 0.3, max_det: int = 100) -> list[np
     boxes = torch.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], dim=-1) * STRIDE
     boxes[..., 0::2] = boxes[..., 0::2].clamp(0, ow * STRIDE)
     boxes[..., 1::2] = boxes[..., 1::2].clamp(0, oh * STRIDE)
-    det = torch.cat([boxes, scores.unsqueeze(-1), cls.unsqueeze(-1).float()], dim=-1).cpu().numpy()
+    return torch.cat([boxes, scores.unsqueeze(-1), cls.unsqueeze(-1).float()], dim=-1)
+
+
+def filter_detections(det: np.ndarray, *, score_thresh: float = 0.3) -> list[np.ndarray]:
+    """The host part of :func:`decode`: each image's rows of ``det`` (N, K, 6) scoring at least ``score_thresh``."""
     return [d[d[:, 4] >= score_thresh].astype(np.float32) for d in det]
+
+
+def decode(outputs, *, score_thresh: float = 0.3, max_det: int = 100) -> list[np.ndarray]:
+    """Turn raw network outputs into per-image ``[x1, y1, x2, y2, score, class]`` arrays (input pixels)."""
+    return filter_detections(decode_device(outputs, max_det=max_det).cpu().numpy(), score_thresh=score_thresh)
 
 
 def scale_boxes(det: np.ndarray, input_hw: tuple[int, int], frame_hw: tuple[int, int]) -> np.ndarray:

@@ -98,6 +98,20 @@ OPTIONS: tuple[Option, ...] = (
            "ceiling for frames/s)", default=False, kind="switch"),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
+REFUSED_TOGETHER: tuple[frozenset, ...] = (frozenset({"compile", "cuda_graphs"}),)
+"""Options this application refuses in one run (``make_backend`` exits 3 naming them): a caller
+combining options (the lab's ``optimized`` step) reads this rather than learning it from a failed run."""
+TORCH_ONLY = ("compile", "channels_last", "cuda_graphs")
+"""Options that apply to ``--backend torch`` only (refused with any other backend)."""
+
+
+def refused(options) -> frozenset | None:
+    """The first set of options in ``options`` (names set to a true value) that the application
+    refuses together, or None: ``refused({"compile": True, "cuda_graphs": True})``."""
+    on = {k for k, v in dict(options).items() if v}
+    if dict(options).get("backend", "torch") != "torch" and on & set(TORCH_ONLY):
+        return frozenset({"backend", *(on & set(TORCH_ONLY))})
+    return next((pair for pair in REFUSED_TOGETHER if pair <= on), None)
 TF32 = {None: None, "on": True, "off": False, True: True, False: False}
 """``--tf32`` (or a bool given through the API) as ``make_backend(tf32=...)`` takes it (None: PyTorch's defaults)."""
 

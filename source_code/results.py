@@ -190,6 +190,52 @@ def accuracy(gt_frames: dict | None, sink: StatsSink, n_frames: int, class_names
     return accuracy_over([(gt_frames, sink.dets, sink.tracks, n_frames)], class_names)
 
 
+def output_digest(sink: StatsSink, n_frames: int, gt_file) -> str:
+    """SHA-256 of what accuracy scores: stream 0's detections and tracks of every frame, the frame
+    count and the ground truth file's bytes. Two runs with the same digest score the same."""
+    import hashlib
+    from pathlib import Path
+
+    h = hashlib.sha256(f"{n_frames}".encode())
+    h.update(Path(gt_file).read_bytes() if gt_file and Path(gt_file).is_file() else b"")
+    for name, per_frame in (("dets", sink.dets), ("tracks", sink.tracks)):
+        h.update(name.encode())
+        for f in sorted(per_frame):
+            a = np.ascontiguousarray(per_frame[f], dtype=np.float64)
+            h.update(f"{f}:{a.shape}".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def accuracy_cached(gt_frames: dict | None, sink: StatsSink, n_frames: int, class_names, *, gt_file,
+                    cache_dir) -> dict:
+    """:func:`accuracy`, scored once per output: the score of an output already scored (the same
+    :func:`output_digest`, as repeats of a deterministic run produce) is read back from
+    ``<cache_dir>/accuracy/<digest>.json`` instead of scored again (pycocotools and TrackEval take
+    seconds per thousand frames). The document says which (``scored``: ``computed`` or ``cached``)."""
+    import json
+    import os
+    from pathlib import Path
+
+    if gt_frames is None or cache_dir is None:
+        return accuracy(gt_frames, sink, n_frames, class_names)
+    digest = output_digest(sink, n_frames, gt_file)
+    path = Path(cache_dir) / "accuracy" / f"{digest}.json"
+    try:
+        return {**json.loads(path.read_text()), "scored": "cached", "output_digest": digest}
+    except (OSError, ValueError):
+        pass
+    acc = accuracy(gt_frames, sink, n_frames, class_names)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(acc))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache that cannot be written only costs the next run its scoring time
+    return {**acc, "scored": "computed", "output_digest": digest}
+
+
 def track_boxes(tracks: np.ndarray) -> np.ndarray:
     """Tracks ``(K, 7) [x1, y1, x2, y2, cls, track_id, score]`` as scored boxes ``(K, 6) [x1, y1,
     x2, y2, score, cls]``: a track carries the score of its last detection

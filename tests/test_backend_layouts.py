@@ -123,17 +123,39 @@ def test_a_stream_for_a_cpu_backend_is_refused(model):
         B.make_backend(model, batch_size=2, input_hw=SMALL_HW, stream=object())
 
 
+def _tf32_precisions():
+    return torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision
+
+
 def test_tf32_setting_sets_both_torch_flags(model):
-    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    before = _tf32_precisions()
     try:
         B.make_backend(model, batch_size=1, input_hw=SMALL_HW, tf32=False)
-        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, False)
+        assert B.tf32_state() == (False, False) and _tf32_precisions() == ("ieee", "ieee")
         B.make_backend(model, batch_size=1, input_hw=SMALL_HW, tf32=True)
-        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (True, True)
+        assert B.tf32_state() == (True, True)
         B.make_backend(model, batch_size=1, input_hw=SMALL_HW)  # None: left as they are
-        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (True, True)
+        assert B.tf32_state() == (True, True)
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+        torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = before
+
+
+def test_tf32_is_set_through_the_current_api_without_a_warning(model):
+    """torch >= 2.9 deprecates ``allow_tf32`` (and raises on reading it back after the new API was
+    used): set_tf32 goes through ``fp32_precision``, and says nothing."""
+    import warnings
+
+    before = _tf32_precisions()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            B.set_tf32(False)
+            B.set_tf32(True)
+            assert B.tf32_state() == (True, True)
+        assert not [str(w.message) for w in caught], [str(w.message) for w in caught]
+        assert _tf32_precisions() == ("tf32", "tf32")
+    finally:
+        torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = before
 
 
 # --------------------------------------------------------------------------- GPU tier

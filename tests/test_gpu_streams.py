@@ -149,18 +149,21 @@ def run_main(clip, tmp_path, *flags):
 
 
 def test_tf32_is_recorded_and_applied(clip, tmp_path):
-    before = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    from source_code.backends import tf32_state
+
+    precisions = lambda: (torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision)  # noqa: E731
+    before, state = precisions(), tf32_state()
     try:
         rc, doc = run_main(clip, tmp_path, "--device", "cpu")
         assert rc == 0 and doc["config"]["tf32"] is None
-        assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before  # unset: untouched
+        assert tf32_state() == state  # unset: untouched
         rc, doc = run_main(clip, tmp_path, "--device", "cpu", "--tf32", "off")
         assert rc == 0 and doc["config"]["tf32"] == "off"
-        assert torch.backends.cudnn.allow_tf32 is False and torch.backends.cuda.matmul.allow_tf32 is False
+        assert tf32_state() == (False, False)
         rc, doc = run_main(clip, tmp_path, "--device", "cpu", "--tf32", "on")
-        assert doc["config"]["tf32"] == "on" and torch.backends.cudnn.allow_tf32 is True
+        assert doc["config"]["tf32"] == "on" and tf32_state() == (True, True)
     finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
+        torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = before
 
 
 @pytest.mark.parametrize("flags", [["--batch-size", "4", "--interval", "3"],

@@ -166,3 +166,28 @@ def test_a_model_is_picked_by_the_input_size_it_takes(fp32_path, int8_path, cach
         assert not ort_profile.takes(path, np.zeros((4, 3, 192, 320), np.float32))
     assert ort_profile.takes(small, np.zeros((2, 3, 192, 320), np.float32))
     assert not ort_profile.takes(small, np.zeros((2, 3, h, w), np.float32))
+
+
+def test_the_tensorrt_recipe_keeps_biases_float_and_qdq_scales_fp32(fp32_path, cache):
+    """What TensorRT's ONNX parser is given for INT8 (the TensorRT target, its float parts in FP16):
+    no DequantizeLinear of an INT32 bias (the parser refuses one), every Q/DQ scale FP32 (an FP16
+    scale of a small weight channel can be subnormal or zero), and Conv biases float."""
+    import dataclasses
+
+    from source_code.backends.qdq_fp16 import qdq_to_fp16
+
+    src = B.ensure_int8_onnx(fp32_path, calibration=dataclasses.replace(SMALL, target="tensorrt"),
+                             input_hw=INPUT_HW, cache_dir=cache, workdir=cache / "scenes")
+    g = onnx.load(str(qdq_to_fp16(src))).graph
+    inits = {t.name: t for t in g.initializer}
+    qdq = [n for n in g.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    assert qdq
+    assert not [n.name for n in qdq if n.input[0] in inits and inits[n.input[0]].data_type == onnx.TensorProto.INT32]
+    assert {inits[n.input[1]].data_type for n in qdq} == {onnx.TensorProto.FLOAT}
+    smallest = min(float(np.abs(onnx.numpy_helper.to_array(inits[n.input[1]])).min()) for n in qdq)
+    assert smallest > 0  # no scale underflowed to zero
+    producer = {o: n for n in g.node for o in n.output}
+    biases = [c.input[2] for c in g.node if c.op_type == "Conv" and len(c.input) > 2]
+    assert biases and all(b in inits and inits[b].data_type in (onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT)
+                          for b in biases if b not in producer), "biases stay float initializers"
+    assert not any(producer[b].op_type == "DequantizeLinear" for b in biases if b in producer)

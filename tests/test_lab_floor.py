@@ -60,3 +60,18 @@ def test_the_optimized_step_combines_what_paid_within_the_floor(led):
     st = optimize.step("small")
     assert st.kind == "cumulative" and st.builds_on == "interval4"
     assert dict(st.flags) == {**lab.flags("batch4", "small"), "compile": True, "interval": 4}
+
+
+def test_the_optimized_step_never_combines_what_the_application_refuses(led):
+    """compile paid and CUDA graphs paid: the application refuses the two together
+    (source_code.options.REFUSED_TOGETHER, exit 3), so optimized takes the faster one only."""
+    from source_code.options import refused
+
+    lab_run(led)  # compile paid (30 frames/s)
+    add(led, "gpu_preprocess", 40, 0.75, ci=(39, 41))
+    add(led, "fp16", 60, 0.75, ci=(58, 62))
+    add(led, "fp16_cuda_graphs", 90, 0.75, ci=(88, 92))
+    g = optimize.gains("small").set_index("step")
+    assert g.loc["compile", "paid"] and g.loc["fp16_cuda_graphs", "paid"]
+    flags = dict(optimize.step("small").flags)
+    assert flags.get("cuda_graphs") and not flags.get("compile") and refused(flags) is None

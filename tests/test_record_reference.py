@@ -38,15 +38,19 @@ def test_two_budgeted_calls_resume_and_complete_the_reference(tmp_path):
     state, here = tmp_path / "state", tmp_path / "here"
     assert driver("prepare", "--state-dir", state).returncode == 0
     commit = json.loads((state / "commit.json").read_text())["commit"]
-    common = ["--mode", "small", "--machine", "cpu-rehearsal", "--steps", "baseline,queues,fp16", "--state-dir", state]
+    common = ["--mode", "small", "--model", "cpu", "--machine", "cpu-rehearsal", "--steps", "baseline,queues,fp16",
+              "--state-dir", state]
 
-    # Call 1: a budget of 1 s runs exactly one step, then writes its state.
+    # Call 1: a budget of 1 s runs exactly one step (alone over any budget: a call of its own), then writes its state.
     first = driver("run", "--budget", 1, "--out", tmp_path / "out1", "--work", tmp_path / "work1", *common)
     assert first.returncode == 0, first.stderr
     log1 = (tmp_path / "out1" / "record.log").read_text()
     assert "baseline: ok" in log1 and "queues:" not in log1.replace("stopping before queues", "")
     assert log1.rstrip().endswith("2 of 3 steps remain: make another call with this state")
     assert (tmp_path / "out1" / "state.tgz").stat().st_size <= 16 * 2**20
+    assert (tmp_path / "out1" / "keep.tgz").stat().st_size <= 16 * 2**20
+    with tarfile.open(tmp_path / "out1" / "state.tgz") as tar:
+        assert not [n for n in tar.getnames() if n.startswith("data")]  # the clip never travels: made from its seed
     assert driver("fetch", tmp_path / "out1", "--state-dir", state, "--dest", here).returncode == 0
     assert (state / "state.tgz").exists() and (state / "keep.tgz").exists()
     assert (here / "cpu-rehearsal" / "provenance.json").exists()
@@ -57,6 +61,11 @@ def test_two_budgeted_calls_resume_and_complete_the_reference(tmp_path):
     log2 = (tmp_path / "out2" / "record.log").read_text()
     assert "state restored" in log2 and "baseline:" not in log2
     assert log2.rstrip().endswith("complete: every step has a ledger row")
+    # each call reports the plan's model against what it measured (the CPU model: labbook.record_plan.cpu)
+    for log in (log1, log2):
+        line = next(x for x in log.splitlines() if "min, measured" in x)
+        modelled, measured = (float(line.split(k)[1].split()[0]) for k in ("modelled ", "measured "))
+        assert modelled > 0 and measured > 0, line
     rows = _ledger(tmp_path / "out2", tmp_path / "ref", "cpu-rehearsal")
     # the machine's decode-only ceiling first (labbook.runs.decode_ceiling, once per machine and mode)
     assert [(r["step"], r.get("status", "ok")) for r in rows] == [("decode_ceiling", "ok"), ("baseline", "ok"),
@@ -76,7 +85,7 @@ def test_a_step_that_never_finished_becomes_a_failed_row_and_the_call_goes_on(tm
     work = tmp_path / "work"
     (work / "reports").mkdir(parents=True)
     (work / "progress.json").write_text(json.dumps({"done": [], "attempts": {"baseline": 2}, "seconds": {}, "calls": 2}))
-    res = driver("run", "--budget", 600, "--out", tmp_path / "out", "--work", work, "--mode", "small",
+    res = driver("run", "--budget", 600, "--out", tmp_path / "out", "--work", work, "--mode", "small", "--model", "cpu",
                  "--machine", "cpu-rehearsal", "--steps", "baseline,fp16", "--state-dir", tmp_path / "none")
     assert res.returncode == 0, res.stderr
     rows = list(Ledger(work / "reports" / "ledger.jsonl").rows())
@@ -103,7 +112,8 @@ def test_the_plan_goes_on_to_06_and_08_resolving_each_step_when_its_turn_comes(t
     points: K=1, 2 and 16)."""
     assert driver("prepare", "--state-dir", tmp_path / "state").returncode == 0
     res = driver("run", "--budget", 600, "--out", tmp_path / "out", "--work", tmp_path / "work", "--mode", "small",
-                 "--machine", "cpu-rehearsal", "--steps", "batch4,interval2,interval16,optimized,processes2,ranks2",
+                 "--model", "cpu", "--machine", "cpu-rehearsal",
+                 "--steps", "batch4,interval2,interval16,optimized,processes2,ranks2",
                  "--state-dir", tmp_path / "state")
     assert res.returncode == 0, res.stderr
     log = (tmp_path / "out" / "record.log").read_text()

@@ -18,7 +18,7 @@ backend                   devices   precisions
 ========================  ========  ===================================================
 
 "fp32" on an Ampere or Hopper GPU is TF32 for convolutions under PyTorch's defaults
-(``torch.backends.cudnn.allow_tf32`` is True); ``make_backend(tf32=False)`` forbids it.
+(``torch.backends.cudnn.conv.fp32_precision`` is ``tf32``); ``make_backend(tf32=False)`` forbids it.
 
 Rooms (one responsibility each):
 
@@ -34,7 +34,7 @@ Rooms (one responsibility each):
 """
 from source_code.backends.artifacts import (ENGINE_RECIPE, default_cache_dir, engine_path, ensure_int8_onnx,
                                             ensure_onnx, model_hash)
-from source_code.backends.base import Backend, BackendUnavailable, expected_batch_sizes, set_tf32
+from source_code.backends.base import Backend, BackendUnavailable, expected_batch_sizes, set_tf32, tf32_state
 from source_code.backends.calibration import (QUANT_RECIPE, CalibrationSettings, SceneCalibrationReader,
                                               read_video_frames, scene_frames, scene_video)
 from source_code.backends.cuda_graphs import CudaGraphBackend
@@ -49,4 +49,5 @@ __all__ = [
     "CudaGraphBackend", "OrtBackend", "SceneCalibrationReader", "TensorRTBackend", "TorchBackend",
     "available_backends", "build_engine", "default_cache_dir", "engine_path", "ensure_int8_onnx", "ensure_onnx",
     "expected_batch_sizes", "main", "make_backend", "model_hash", "read_video_frames", "scene_frames", "scene_video", "set_tf32",
+    "tf32_state",
 ]

@@ -86,17 +86,41 @@ def backend_stream(device: torch.device, stream=None):
     return stream
 
 
+def _new_tf32_api() -> bool:
+    """torch >= 2.9 sets TF32 through ``fp32_precision`` (the ``allow_tf32`` flags are deprecated,
+    and mixing the two raises when the legacy flag is read back)."""
+    return hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(torch.backends.cudnn, "conv") \
+        and hasattr(torch.backends.cudnn.conv, "fp32_precision")
+
+
 def set_tf32(tf32: bool | None) -> None:
     """Allow or forbid TF32 for FP32 matmuls and cuDNN convolutions (process-wide); None keeps torch's defaults.
 
-    PyTorch's defaults: cuDNN convolutions may use TF32 (``torch.backends.cudnn.allow_tf32``
-    is True), matmuls may not. On Ampere and Hopper GPUs an "fp32" detector therefore runs
-    its convolutions in TF32 (10-bit mantissa inputs, FP32 accumulation) unless this is False.
+    PyTorch's defaults: cuDNN convolutions may use TF32, matmuls may not. On Ampere and Hopper
+    GPUs an "fp32" detector therefore runs its convolutions in TF32 (10-bit mantissa inputs, FP32
+    accumulation) unless this is False. Through ``torch.backends.cuda.matmul.fp32_precision`` and
+    ``torch.backends.cudnn.conv.fp32_precision`` (``"tf32"`` or ``"ieee"``) on torch >= 2.9, the
+    legacy ``allow_tf32`` flags before.
     """
     if tf32 is None:
         return
+    if _new_tf32_api():
+        mode = "tf32" if tf32 else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = mode
+        torch.backends.cudnn.conv.fp32_precision = mode
+        return
     torch.backends.cuda.matmul.allow_tf32 = bool(tf32)
     torch.backends.cudnn.allow_tf32 = bool(tf32)
+
+
+def tf32_state() -> tuple[bool, bool]:
+    """Whether FP32 (matmuls, cuDNN convolutions) may run as TF32 now, read through the API :func:`set_tf32` uses."""
+    if _new_tf32_api():
+        conv = torch.backends.cudnn.conv.fp32_precision
+        if conv == "none":  # inherits cuDNN's
+            conv = torch.backends.cudnn.fp32_precision
+        return torch.backends.cuda.matmul.fp32_precision == "tf32", conv == "tf32"
+    return bool(torch.backends.cuda.matmul.allow_tf32), bool(torch.backends.cudnn.allow_tf32)
 
 
 def default_input_hw() -> tuple[int, int]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 # Changes whenever quantize_qdq quantizes differently, so cached INT8 models are redone.
-QUANT_RECIPE = "qdq-v2"
+QUANT_RECIPE = "qdq-v3"  # v3: TensorRT target keeps biases float (QuantizeBias False)
 # What each target runs (see quantize_qdq): ONNX Runtime's CPU kernels, or TensorRT's explicit quantization.
 TARGETS = ("cpu", "tensorrt")
 
@@ -146,8 +146,11 @@ def quantize_qdq(src: str | os.PathLike, out: str | os.PathLike, *, calibration:
     stays as a float op between Q/DQ pairs and 13 of 22 Conv ran as float ``Conv``; with U8S8
     all 22 run as ``QLinearConv``.
     ``target="tensorrt"``: int8 activations and weights, both symmetric (zero point 0), the only
-    form TensorRT's explicit quantization accepts; the three output heads stay float (their
-    logits feed a sigmoid and a threshold).
+    form TensorRT's explicit quantization accepts; biases stay float (``QuantizeBias: False``:
+    ``quantize_static`` would otherwise store each Conv bias as INT32 behind a DequantizeLinear,
+    which TensorRT's ONNX parser refuses); the three output heads stay float (their logits feed a
+    sigmoid and a threshold). ONNX Runtime's CUDA provider takes this recipe too
+    (``ort.calibration_target``): symmetric INT8 Q/DQ is what its GPU kernels and TensorRT fuse.
     """
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -174,7 +177,8 @@ def quantize_qdq(src: str | os.PathLike, out: str | os.PathLike, *, calibration:
             outputs = {o.name for o in proto.graph.output}
             kwargs = dict(activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                           nodes_to_exclude=[n.name for n in proto.graph.node if set(n.output) & outputs],
-                          extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+                          extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
+                                         "QuantizeBias": False})
         quantize_static(str(pre), str(out), reader, quant_format=QuantFormat.QDQ,
                         per_channel=calibration.per_channel, calibrate_method=methods[calibration.method], **kwargs)
     finally:

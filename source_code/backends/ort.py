@@ -3,12 +3,21 @@
 On CUDA the session runs on the backend's stream: its handle is the CUDA provider's
 ``user_compute_stream`` (ONNX Runtime ignores "0", torch's default stream, and would run on a
 stream of its own, unordered with torch's upload and resize). ``Backend.__call__`` makes that
-stream wait for the input and the caller wait for the outputs. After the session is created
-its providers are checked: a CUDA provider that failed to load falls back to CPU silently.
+stream wait for the input and the caller wait for the outputs.
+
+After the session is created its providers and their options are checked against those asked
+for (:func:`check_session`): ONNX Runtime falls back silently (a CUDA provider that failed to
+load runs on CPU; a TensorRT provider listed where TensorRT is absent re-creates the session
+with bare CUDA/CPU providers, without the user stream or any option), and a run labelled int8
+on CUDA would then measure something else. Any difference is an error naming the fix.
+
+INT8 on CUDA is calibrated for the GPU (:func:`calibration_target`): symmetric INT8 Q/DQ, as
+TensorRT and the CUDA provider take it, not the CPU recipe's asymmetric UINT8 activations.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.metadata
 from pathlib import Path
 from typing import Sequence
@@ -103,6 +112,51 @@ def run_options(device: torch.device):
     return opts
 
 
+def calibration_target(device: torch.device) -> str:
+    """The INT8 recipe (``CalibrationSettings.target``) for a session on ``device``: ``cpu`` (U8S8,
+    ONNX Runtime's QLinearConv) on CPU; ``tensorrt`` (symmetric INT8 activations and weights,
+    float biases) on CUDA, where the TensorRT provider or the CUDA provider's Q/DQ kernels run it."""
+    return "tensorrt" if device.type == "cuda" else "cpu"
+
+
+CHECKED_OPTIONS = frozenset({"device_id", "has_user_compute_stream", "user_compute_stream", "use_tf32",
+                             "trt_int8_enable", "trt_fp16_enable"})
+"""The provider options that change what a run measures (its device, stream, precision), compared
+with the session's own (``get_provider_options``); paths and shape profiles are ONNX Runtime's to spell."""
+
+
+def _short(name: str) -> str:
+    return name.replace("ExecutionProvider", "")
+
+
+def check_session(requested: list, got: Sequence[str], got_options: dict, *, ort_version: str) -> None:
+    """Raise BackendUnavailable (one line, naming the fix) unless the session runs exactly the
+    providers ``requested``, in order, each with the options asked for (ONNX Runtime reports its
+    options as strings). Never a fallback: a different session measures something else."""
+    names = [p[0] if isinstance(p, tuple) else p for p in requested]
+    check_session_providers(requested, got, ort_version=ort_version)
+    if list(got) != names:
+        missing = [n for n in names if n not in got]
+        raise BackendUnavailable(
+            f"onnxruntime {ort_version} started {', '.join(map(_short, got))} instead of the "
+            f"{', '.join(map(_short, names))} asked for"
+            f"{' (' + ', '.join(map(_short, missing)) + ' did not load)' if missing else ''}: install what it needs "
+            "(onnxruntime-gpu built for this CUDA; TensorRT for its provider), or use --device cpu")
+    for p in requested:
+        if not isinstance(p, tuple):
+            continue
+        name, opts = p
+        have = got_options.get(name, {})
+        wrong = {k: v for k, v in opts.items() if k in CHECKED_OPTIONS and str(have.get(k)).lower() != str(v).lower()
+                 and not (isinstance(v, bool) and str(have.get(k)) == str(int(v)))}
+        if wrong:
+            k = sorted(wrong)[0]
+            raise BackendUnavailable(
+                f"onnxruntime {ort_version}'s {_short(name)} provider runs with {k}={have.get(k)!r}, not the "
+                f"{wrong[k]!r} asked for ({len(wrong)} option(s) differ): upgrade onnxruntime-gpu to one that "
+                "takes these options, or use --device cpu")
+
+
 def check_session_providers(requested: list, got: Sequence[str], *, ort_version: str) -> None:
     """Raise BackendUnavailable when a GPU provider asked for is not among the session's providers."""
     names = [p[0] if isinstance(p, tuple) else p for p in requested]
@@ -133,7 +187,7 @@ class OrtBackend(Backend):
         with annotate.range("ort_session_init"):
             self.session = ort.InferenceSession(str(onnx_path), sess_options=opts, providers=providers)
             self.providers = self.session.get_providers()
-            check_session_providers(providers, self.providers, ort_version=ort.__version__)
+            check_session(providers, self.providers, self.session.get_provider_options(), ort_version=ort.__version__)
             self.input_name = self.session.get_inputs()[0].name
             self.output_names = [o.name for o in self.session.get_outputs()]
             h, w = input_hw
@@ -189,6 +243,7 @@ def make_ort_backend(model, *, precision, device, batch_size, cache_dir, input_h
                               stream=stream, tf32=tf32)
     path = ensure_onnx(model, cache_dir=cache_dir, input_hw=input_hw)
     if precision == "int8":
+        calibration = dataclasses.replace(calibration, target=calibration_target(device))
         path = ensure_int8_onnx(path, calibration=calibration, input_hw=input_hw, cache_dir=cache_dir,
                                 workdir=cache_dir / "calibration_scenes")
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():

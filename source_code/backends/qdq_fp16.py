@@ -3,8 +3,10 @@
 Under strong typing TensorRT runs each layer in the type the ONNX model gives it: the FP32 QDQ
 model's unquantized layers (the heads) would run in FP32, while ONNX Runtime's TensorRT provider
 (``trt_fp16_enable``) runs them in FP16, which biases an INT8-versus-FP16 comparison. Here the
-float parts become FP16: weights, activations, and the Q/DQ scales (so DequantizeLinear outputs
-FP16; opset 19 allows FP16 scales), with FP32 input and outputs kept (casts at the edges).
+float parts become FP16: weights, biases and activations, with FP32 input and outputs kept (casts
+at the edges). QuantizeLinear and DequantizeLinear stay in FP32 (``Q_DQ``: casts around them), so
+their scales stay FP32: a small scale (a weight's per-channel one) in FP16 can be subnormal or
+zero, and a zero scale quantizes a whole channel to nothing.
 Conversion by ONNX Runtime's own tool (``onnxruntime.transformers.float16``).
 """
 from __future__ import annotations
@@ -12,7 +14,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-QDQ_FP16_OPSET = 19  # QuantizeLinear/DequantizeLinear take float16 scales from opset 19
+QDQ_FP16_OPSET = 19  # Cast and the QDQ pairs between FP16 layers: the opset TensorRT 10.12+ parses for them
+Q_DQ = ("QuantizeLinear", "DequantizeLinear")
+"""Kept in FP32, and with them their scales."""
 
 
 def _topological(graph) -> None:
@@ -31,6 +35,15 @@ def _topological(graph) -> None:
     graph.node.extend(order)
 
 
+def _fp32_scales(path: Path) -> bool:
+    """Whether a cached conversion keeps its Q/DQ scales in FP32 (one made before this recipe did not)."""
+    import onnx
+
+    g = onnx.load(str(path), load_external_data=False).graph
+    inits = {t.name: t.data_type for t in g.initializer}
+    return all(inits.get(n.input[1], onnx.TensorProto.FLOAT) == onnx.TensorProto.FLOAT for n in g.node if n.op_type in Q_DQ)
+
+
 def qdq_to_fp16(src: Path, dst: Path | None = None) -> Path:
     """``src`` (an FP32 QDQ model) with its float parts in FP16, FP32 I/O; cached as ``<stem>-fp16rest.onnx``."""
     import onnx
@@ -38,9 +51,9 @@ def qdq_to_fp16(src: Path, dst: Path | None = None) -> Path:
 
     src = Path(src)
     dst = Path(dst) if dst is not None else src.with_name(f"{src.stem}-fp16rest.onnx")
-    if dst.exists() and dst.stat().st_mtime >= src.stat().st_mtime:
+    if dst.exists() and dst.stat().st_mtime >= src.stat().st_mtime and _fp32_scales(dst):
         return dst
-    model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True, op_block_list=[])
+    model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True, op_block_list=list(Q_DQ))
     for op in model.opset_import:
         if op.domain in ("", "ai.onnx"):
             op.version = max(op.version, QDQ_FP16_OPSET)

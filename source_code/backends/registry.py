@@ -23,6 +23,7 @@ from source_code.backends.ort import make_ort_backend
 from source_code.backends.tensorrt_build import import_tensorrt
 from source_code.backends.tensorrt_run import make_trt_backend
 from source_code.backends.torch_eager import TorchBackend
+from source_code.options import refused
 
 BACKENDS = ("torch", "onnxruntime", "tensorrt")
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -83,6 +84,11 @@ def make_backend(
         flags = [n for n, v in (("--channels-last", channels_last), ("--cuda-graphs", cuda_graphs), ("--compile", compile)) if v]
         raise BackendUnavailable(f"{' and '.join(flags)} {'apply' if len(flags) > 1 else 'applies'} to --backend torch only; "
                                  f"drop {'them' if len(flags) > 1 else 'it'} for --backend {kind}")
+    if refused({"compile": compile, "cuda_graphs": cuda_graphs}):  # source_code.options.REFUSED_TOGETHER
+        raise BackendUnavailable(
+            "--cuda-graphs and --compile together are not offered: pick one "
+            "(torch.compile(mode='reduce-overhead') would capture its own graphs)"
+        )
     if kind == "tensorrt":
         import_tensorrt()  # a missing TensorRT is the first thing to say, whatever the device
     dev = parse_device(device)
@@ -95,11 +101,6 @@ def make_backend(
             raise BackendUnavailable("fp16 needs a CUDA GPU (--device cuda); on CPU use --precision fp32")
         if cuda_graphs and dev.type != "cuda":
             raise BackendUnavailable("CUDA graphs need --device cuda; on CPU drop --cuda-graphs")
-        if cuda_graphs and compile:
-            raise BackendUnavailable(
-                "--cuda-graphs and --compile together are not offered: pick one "
-                "(torch.compile(mode='reduce-overhead') would capture its own graphs)"
-            )
         if compile:
             _check_compile_available(dev)
         set_tf32(tf32)
