@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _harness():
     spec = importlib.util.spec_from_file_location("known_answers", ROOT / "tests" / "known_answers.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["known_answers"] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 

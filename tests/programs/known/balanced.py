@@ -1,5 +1,5 @@
 """(i) A balanced pipeline with nothing to fix (the control): a reader thread waits 20 ms per item,
-the main thread computes (36 MiB, ~20 ms), a writer thread waits 20 ms per item; queues between
+the main thread computes (20 ms), a writer thread waits 20 ms per item; queues between
 them. ``--fix`` is the same program.
 
 Known answer: no finding above noise; fix over slow = 1.0x.
@@ -38,7 +38,7 @@ with Steady(a.items):
         with annotate.range("wait_input"):
             i = inq.get()
         with annotate.range("compute", batch=i, items=1):
-            cpu(36)
+            cpu(20)
         outq.put(i)
     for t in threads:
         t.join()

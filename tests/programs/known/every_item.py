@@ -1,5 +1,5 @@
-"""(g) Work on every item where one in four suffices: ``detect`` (52 MiB, ~30 ms) then ``track``
-(5 MiB, ~3 ms) on every item; the tracker carries the boxes between detections. ``--fix`` detects
+"""(g) Work on every item where one in four suffices: ``detect`` (30 ms) then ``track``
+(3 ms) on every item; the tracker carries the boxes between detections. ``--fix`` detects
 every 4th item only.
 
 Known answer (advise told ``skip_every=4``): lever ``skip_work`` on ``detect``;
@@ -15,6 +15,6 @@ with Steady(a.items):
     for i in range(a.items):
         if i % every == 0:
             with annotate.range("detect", batch=i, items=1):
-                cpu(52)
+                cpu(30)
         with annotate.range("track", batch=i, items=1):
-            cpu(5)
+            cpu(3)

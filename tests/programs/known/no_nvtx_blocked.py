@@ -1,5 +1,5 @@
 """(h) No NVTX at all: 32 requests, each waits 30 ms (a remote store's latency), reads 1 MiB from a
-file in 4 KiB ``read`` calls and hashes it. Nearly all its time is blocked, not computing.
+file in 4 KiB ``read`` calls and hashes for 0.5 ms. Nearly all its time is blocked, not computing.
 ``--fix`` issues the requests from 8 threads at once.
 
 Known answer: the judgement calls the run blocked (sleeps), not compute; lever ``parallel_input``;
@@ -25,7 +25,7 @@ def request(i: int) -> None:
             pass
     finally:
         os.close(fd)
-    cpu(1)
+    cpu(0.5)
 
 
 try:

@@ -1,5 +1,5 @@
-"""(e) A stage the output does not need: per item ``infer`` (26 MiB, ~15 ms) then ``display``
-(52 MiB, ~30 ms, drawing frames nobody looks at). ``--fix`` drops display.
+"""(e) A stage the output does not need: per item ``infer`` (15 ms) then ``display``
+(30 ms, drawing frames nobody looks at). ``--fix`` drops display.
 
 Known answer (advise told ``removable=("display",)``): lever ``remove_stage`` on ``display``;
 45/15 = 3.0x.
@@ -12,7 +12,7 @@ a = args(__doc__, items=28)
 with Steady(a.items):
     for i in range(a.items):
         with annotate.range("infer", batch=i, items=1):
-            cpu(26)
+            cpu(15)
         if not a.fix:
             with annotate.range("display", batch=i, items=1):
-                cpu(52)
+                cpu(30)

@@ -1,5 +1,5 @@
 """(b) A starved consumer: a loader thread waits 30 ms per batch (as a read would) and decodes it
-(2 MiB) into a queue; the training loop waits for each batch, then trains on it (18 MiB, ~10 ms).
+(1 ms) into a queue; the training loop waits for each batch, then trains on it (10 ms).
 ``--fix`` runs four loader threads, so batches arrive faster than training uses them.
 
 Known answer: the loader thread limits (``load_batch``); lever ``parallel_input`` (or
@@ -21,7 +21,7 @@ def loader(k: int) -> None:
     for i in range(k, a.items, loaders):
         with annotate.range("load_batch", batch=i, items=1):
             wait(30)
-            cpu(2)
+            cpu(1)
         q.put(i)
 
 
@@ -33,6 +33,6 @@ with Steady(a.items):
         with annotate.range("wait_batch"):
             i = q.get()
         with annotate.range("train", batch=i, items=1):
-            cpu(18)
+            cpu(10)
     for t in threads:
         t.join()
