@@ -5,7 +5,8 @@ the slow variant under nsys (cuda,nvtx,osrt), read ``labkit.advise``'s top findi
 ``labkit.bottleneck``, time both variants as plain subprocesses (interleaved, median of
 --repeats), and print one row each: expected and found lever and stage, predicted and measured
 speed-up, their ratio, the basis and pass/fail with every reason it failed. A row passes when the
-right lever is on top, its prediction is within 25 % of the measured speed-up, a bound is not
+right lever is on top, its prediction is within 25 % of the measured speed-up (plus the
+measurement's noise: half the spread of the paired speed-ups, shown), a bound is not
 exceeded (measured <= bound x 1.05), no finding exceeds window/(window - saves) and, for the
 program without NVTX, the bottleneck calls the run blocked.
 
@@ -74,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         m = ka.measure(prog, repeats=a.repeats)
         if a.timing_only:
-            row = {"program": name, "measured_x": round(m["speedup"], 3), "expected_x": prog.expected_x}
+            row = {"program": name, "measured_x": round(m["speedup"], 3), "noise": round(m["noise"], 3),
+                   "expected_x": prog.expected_x}
         else:
             rep = ka.profile(prog, out / "profiles")
             row = ka.verdict(prog, ka.judge(prog, rep), m)
@@ -86,19 +88,19 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             fh.write(json.dumps(r, default=str) + "\n")
     if a.timing_only:
-        print(f"{'program':20s} {'expected x':>10s} {'measured x':>10s}  slow runs (s) | fix runs (s)")
+        print(f"{'program':20s} {'expected x':>10s} {'measured x':>10s} {'noise':>6s}  slow runs (s) | fix runs (s)")
         for r in rows:
-            print(f"{r['program']:20s} {r['expected_x']:10.2f} {r['measured_x']:10.2f}  "
+            print(f"{r['program']:20s} {r['expected_x']:10.2f} {r['measured_x']:10.2f} {r['noise']:6.2f}  "
                   f"{' '.join(f'{x:.3f}' for x in r['slow_runs'])} | {' '.join(f'{x:.3f}' for x in r['fix_runs'])}")
         return 0
     head = (f"{'program':18s} {'expected':28s} {'found':15s} {'found stage':12s} {'pred x':>7s} {'meas x':>7s} "
-            f"{'ratio':>6s} {'basis':9s} pass")
+            f"{'noise':>6s} {'ratio':>6s} {'basis':9s} pass")
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r['program']:18s} {(r['expected'] + ' ' + r['expected_stage']).strip():28s} {r['found']:15s} "
               f"{str(r['found_stage'])[:12]:12s} {_fmt(r['predicted_x']):>7s} {_fmt(r['measured_x']):>7s} "
-              f"{_fmt(r['ratio']):>6s} {str(r['basis'])[:9]:9s} {'PASS' if r['passed'] else 'FAIL'}")
+              f"{_fmt(r['noise']):>6s} {_fmt(r['ratio']):>6s} {str(r['basis'])[:9]:9s} {'PASS' if r['passed'] else 'FAIL'}")
     print()
     for r in rows:
         if not r["passed"]:

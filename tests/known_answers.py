@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 KNOWN = Path(__file__).resolve().parent / "programs" / "known"
 
 TOLERANCE = 0.25
-"""A prediction passes within 25 % of the measured speed-up (|predicted / measured - 1| <= 0.25)."""
+"""A prediction passes within 25 % of the measured speed-up (|predicted / measured - 1| <= 0.25),
+widened by the measurement's own noise (see :func:`measure`) where the machine was loaded."""
 BOUND_SLACK = 1.05
 """A bound passes while measured <= bound x 1.05 (the CPU baseline's spread over 3 repeats: 3.9 %)."""
 NOISE = 1.05
@@ -85,7 +86,7 @@ _ALL = [
     Program("balanced", "balanced.py", (), None, 1.0),
     Program("startup_heavy", "startup_heavy.py", ("overlap_stages",), "load", 1.7),
     Program("gpu_pageable", "gpu_pageable.py", ("pin_memory",), None, 2.0, gpu=True),
-    Program("gpu_sync", "gpu_sync.py", ("remove_sync",), None, 1.7, gpu=True),
+    Program("gpu_sync", "gpu_sync.py", ("remove_sync",), None, 1.9, gpu=True),
     Program("gpu_tiny_launches", "gpu_tiny_launches.py", ("batch", "cuda_graphs", "compile"), None, 10.0, gpu=True),
 ]
 PROGRAMS: dict[str, Program] = {p.name: p for p in _ALL}
@@ -116,7 +117,9 @@ def run_once(argv: list[str], *, timeout: float = 120) -> dict:
 def measure(prog: Program | str, *, repeats: int = 3) -> dict:
     """Both variants, slow and fix interleaved (so a load on the machine hits both alike).
 
-    Returns: slow_s and fix_s (median steady-loop wall, s), speedup (slow_s / fix_s), and the runs.
+    Returns: slow_s and fix_s (median steady-loop wall, s), speedup (slow_s / fix_s), noise (half
+    the spread of the paired speed-ups slow_i / fix_i over their median: what the machine's load
+    did to the measurement), and the runs.
     """
     prog = PROGRAMS[prog] if isinstance(prog, str) else prog
     slow, fix = [], []
@@ -124,7 +127,9 @@ def measure(prog: Program | str, *, repeats: int = 3) -> dict:
         slow.append(run_once(prog.argv)["wall_s"])
         fix.append(run_once(prog.fix_argv)["wall_s"])
     s, f = statistics.median(slow), statistics.median(fix)
-    return {"slow_s": s, "fix_s": f, "speedup": s / f, "slow_runs": slow, "fix_runs": fix}
+    pairs = [a / b for a, b in zip(slow, fix)]
+    noise = (max(pairs) - min(pairs)) / (2 * statistics.median(pairs))
+    return {"slow_s": s, "fix_s": f, "speedup": s / f, "noise": noise, "slow_runs": slow, "fix_runs": fix}
 
 
 def profile(prog: Program | str, outdir, *, trace=("cuda", "nvtx", "osrt")):
@@ -189,11 +194,12 @@ def verdict(prog: Program | str, judged: dict, measured: dict) -> dict:
     prog = PROGRAMS[prog] if isinstance(prog, str) else prog
     top, bn, adv = judged["top"], judged["bottleneck"], judged["advice"]
     meas = measured["speedup"]
+    tol = TOLERANCE + measured.get("noise", 0.0)
     why = list(judged["errors"])
     row = {"program": prog.name, "expected": "/".join(prog.levers) or "(nothing)",
            "expected_stage": prog.stage or "", "found": top["lever"] if top else "(nothing)",
            "found_stage": (top.get("stage") or "") if top else "", "predicted_x": None,
-           "measured_x": round(meas, 3), "ratio": None, "basis": top.get("basis") if top else "",
+           "measured_x": round(meas, 3), "noise": round(measured.get("noise", 0.0), 3), "ratio": None, "basis": top.get("basis") if top else "",
            "saves_ms": top.get("saves_ms") if top else None, "window_ms": top.get("window_ms") if top else None,
            "bottleneck": str(bn) if bn is not None else ""}
     if top is not None:
@@ -202,7 +208,7 @@ def verdict(prog: Program | str, judged: dict, measured: dict) -> dict:
     if not prog.levers:  # the control: nothing above noise
         if top is not None and top["predicted_speedup"] > NOISE:
             why.append(f"finds {top['lever']} at {top['predicted_speedup']:.2f}x in a balanced program")
-        if abs(meas - 1) > TOLERANCE:
+        if abs(meas - 1) > tol:
             why.append(f"the control's fix measured {meas:.2f}x (should be 1.0x): the machine is too noisy")
     elif top is None:
         why.append("no finding")
@@ -211,8 +217,9 @@ def verdict(prog: Program | str, judged: dict, measured: dict) -> dict:
             why.append(f"top lever {top['lever']}, expected {'/'.join(prog.levers)}")
         if not _names_stage(prog, top, bn):
             why.append(f"top finding names stage {top.get('stage')!r}, expected {prog.stage!r}")
-        if abs(row["ratio"] - 1) > TOLERANCE:
-            why.append(f"predicted {row['predicted_x']:.2f}x vs measured {meas:.2f}x (off by more than 25 %)")
+        if abs(row["ratio"] - 1) > tol:
+            why.append(f"predicted {row['predicted_x']:.2f}x vs measured {meas:.2f}x (off by more than "
+                       f"{100 * tol:.0f} %)")
         if top.get("basis") == "bound" and meas > row["predicted_x"] * BOUND_SLACK:
             why.append(f"bound {row['predicted_x']:.2f}x exceeded by the measured {meas:.2f}x")
     if prog.blocked and "block" not in row["bottleneck"].lower():
