@@ -1,0 +1,237 @@
+"""Programs whose limiter is known by construction, and the check of labkit's judgement on them.
+
+Each program in ``tests/programs/known/`` has its limiter built in and a ``--fix`` variant that
+applies one lever to the full (so the speed-up the fix measures is what a right prediction of that
+lever says); each prints one JSON line ``{"wall_s": steady-loop wall time, "items": n}`` at exit.
+
+Used by ``tests/test_known_answers.py`` (asserts) and ``benchmarks/known_answers.py`` (the table):
+
+- :data:`PROGRAMS`: name -> :class:`Program` (argv, expected levers and stage, GPU or not, what a
+  user would tell ``advise``);
+- :func:`profile`: the slow variant under nsys (``cuda,nvtx,osrt``), loaded;
+- :func:`measure`: both variants as plain subprocesses, interleaved, median of ``repeats``;
+- :func:`judge`: ``labkit.advise``'s findings and ``labkit.bottleneck`` on the profile;
+- :func:`verdict`: one table row (expected, found, predicted x, measured x, pass and why);
+- :func:`amdahl_violations`: findings predicting more than ``window / (window - saves)``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KNOWN = Path(__file__).resolve().parent / "programs" / "known"
+
+TOLERANCE = 0.25
+"""A prediction passes within 25 % of the measured speed-up (|predicted / measured - 1| <= 0.25),
+widened by the measurement's own noise (see :func:`measure`) where the machine was loaded."""
+BOUND_SLACK = 1.05
+"""A bound passes while measured <= bound x 1.05 (the CPU baseline's spread over 3 repeats: 3.9 %)."""
+NOISE = 1.05
+"""The control program passes when no finding predicts more than this (labkit's MIN_GAIN)."""
+
+
+@dataclass(frozen=True)
+class Program:
+    """One known-answer program.
+
+    ``levers``: lever ids of ``labkit.judge.evidence.LEVERS`` any of which is a right top finding
+    (empty: nothing to find). ``stage``: the stage (range name) or thread name the top finding must
+    name, or None. ``advise``: keyword arguments a user would give ``labkit.advise`` (what the
+    profile cannot say: a removable stage, the K of skip-work). ``blocked``: the run's time is
+    mostly blocked (sleeps, reads), and the bottleneck sentence must say so. ``expected_x``: the
+    speed-up of the fix by construction, on two free cores (for the reader; the test uses the
+    measured one).
+    """
+
+    name: str
+    script: str
+    levers: tuple[str, ...]
+    stage: str | None
+    expected_x: float
+    gpu: bool = False
+    advise: dict = field(default_factory=dict)
+    blocked: bool = False
+
+    @property
+    def argv(self) -> list[str]:
+        return [sys.executable, str(KNOWN / self.script)]
+
+    @property
+    def fix_argv(self) -> list[str]:
+        return self.argv + ["--fix"]
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "argv": self.argv, "fix_argv": self.fix_argv, "levers": self.levers,
+                "stage": self.stage, "gpu": self.gpu, "advise": dict(self.advise), "blocked": self.blocked,
+                "expected_x": self.expected_x}
+
+
+_ALL = [
+    Program("slow_stage", "slow_stage.py", ("cheaper_stage",), "transform", 2.7),
+    Program("starved_consumer", "starved_consumer.py", ("parallel_input", "overlap_stages"), "load_batch", 3.0),
+    Program("inline_io", "inline_io.py", ("overlap_stages",), "read", 1.6),
+    Program("serial_stages", "serial_stages.py", ("overlap_stages",), None, 1.6),
+    Program("removable_stage", "removable_stage.py", ("remove_stage",), "display", 3.0,
+            advise={"removable": ("display",)}),
+    Program("per_call_overhead", "per_call_overhead.py", ("batch",), "infer", 3.4),
+    Program("every_item", "every_item.py", ("skip_work",), "detect", 3.1, advise={"skip_every": 4}),
+    Program("no_nvtx_blocked", "no_nvtx_blocked.py", ("parallel_input", "overlap_stages"), None, 6.0,
+            blocked=True),
+    Program("balanced", "balanced.py", (), None, 1.0),
+    Program("startup_heavy", "startup_heavy.py", ("overlap_stages",), "load", 1.7),
+    Program("gpu_pageable", "gpu_pageable.py", ("pin_memory",), None, 2.0, gpu=True),
+    Program("gpu_sync", "gpu_sync.py", ("remove_sync",), None, 1.9, gpu=True),
+    Program("gpu_tiny_launches", "gpu_tiny_launches.py", ("batch", "cuda_graphs", "compile"), None, 10.0, gpu=True),
+]
+PROGRAMS: dict[str, Program] = {p.name: p for p in _ALL}
+CPU_PROGRAMS = [p.name for p in _ALL if not p.gpu]
+GPU_PROGRAMS = [p.name for p in _ALL if p.gpu]
+
+
+def _env() -> dict:
+    """The programs import this checkout's labkit (its annotate module), one thread per math library."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = "1"
+    return env
+
+
+def run_once(argv: list[str], *, timeout: float = 120) -> dict:
+    """Run one variant as a plain subprocess; its JSON line (``wall_s``, ``items``)."""
+    done = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()[-400:]}")
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"{' '.join(argv)} printed no JSON line: {done.stdout[-400:]}")
+    return json.loads(lines[-1])
+
+
+def measure(prog: Program | str, *, repeats: int = 3) -> dict:
+    """Both variants, slow and fix interleaved (so a load on the machine hits both alike).
+
+    Returns: slow_s and fix_s (median steady-loop wall, s), speedup (slow_s / fix_s), noise (half
+    the spread of the paired speed-ups slow_i / fix_i over their median: what the machine's load
+    did to the measurement), and the runs.
+    """
+    prog = PROGRAMS[prog] if isinstance(prog, str) else prog
+    slow, fix = [], []
+    for _ in range(repeats):
+        slow.append(run_once(prog.argv)["wall_s"])
+        fix.append(run_once(prog.fix_argv)["wall_s"])
+    s, f = statistics.median(slow), statistics.median(fix)
+    pairs = [a / b for a, b in zip(slow, fix)]
+    noise = (max(pairs) - min(pairs)) / (2 * statistics.median(pairs))
+    return {"slow_s": s, "fix_s": f, "speedup": s / f, "noise": noise, "slow_runs": slow, "fix_runs": fix}
+
+
+def profile(prog: Program | str, outdir, *, trace=("cuda", "nvtx", "osrt")):
+    """The slow variant under nsys, exported and loaded (``outdir/<name>.nsys-rep``)."""
+    import labkit
+
+    prog = PROGRAMS[prog] if isinstance(prog, str) else prog
+    return labkit.profile(prog.argv, name=prog.name, outdir=str(outdir), trace=trace, env=_env(),
+                          overwrite=True, progress=False)
+
+
+def judge(prog: Program | str, rep) -> dict:
+    """labkit's judgement of the slow variant's profile: ``advice`` (the frame), ``top`` (its first
+    row as a dict, or None), ``bottleneck`` (the object, or None) and ``errors`` (what raised)."""
+    import labkit
+
+    prog = PROGRAMS[prog] if isinstance(prog, str) else prog
+    out: dict = {"advice": None, "top": None, "bottleneck": None, "errors": []}
+    try:
+        adv = labkit.advise(rep, **prog.advise)
+        out["advice"] = adv
+        out["top"] = adv.iloc[0].to_dict() if len(adv) else None
+    except Exception as exc:  # the table reports it as the program's failure
+        out["errors"].append(f"advise: {type(exc).__name__}: {exc}")
+    try:
+        out["bottleneck"] = labkit.bottleneck(rep)
+    except Exception as exc:
+        out["errors"].append(f"bottleneck: {type(exc).__name__}: {exc}")
+    return out
+
+
+def amdahl_limit(row: dict) -> float | None:
+    """``window_ms / (window_ms - saves_ms)`` of a finding, where it has those columns."""
+    w, s = row.get("window_ms"), row.get("saves_ms")
+    if w is None or s is None or w != w or s != s:
+        return None
+    return float("inf") if s >= w else w / (w - s)
+
+
+def amdahl_violations(advice) -> list[str]:
+    """Findings whose prediction exceeds their own Amdahl limit (1 % rounding allowed)."""
+    if advice is None or not len(advice) or not {"saves_ms", "window_ms"} <= set(advice.columns):
+        return []
+    bad = []
+    for row in advice.to_dict("records"):
+        lim = amdahl_limit(row)
+        if lim is not None and row["predicted_speedup"] > lim * 1.01:
+            bad.append(f"{row['lever']} on {row.get('stage')}: {row['predicted_speedup']:.2f}x > "
+                       f"{row['window_ms']:.0f}/({row['window_ms']:.0f}-{row['saves_ms']:.0f}) = {lim:.2f}x")
+    return bad
+
+
+def _names_stage(prog: Program, top: dict, bn) -> bool:
+    if prog.stage is None:
+        return True
+    named = [top.get("stage"), top.get("finding")]
+    return any(prog.stage in str(x) for x in named if x is not None)
+
+
+def verdict(prog: Program | str, judged: dict, measured: dict) -> dict:
+    """One row of the known-answer table, with ``passed`` and ``why`` (every reason it failed)."""
+    prog = PROGRAMS[prog] if isinstance(prog, str) else prog
+    top, bn, adv = judged["top"], judged["bottleneck"], judged["advice"]
+    meas = measured["speedup"]
+    tol = TOLERANCE + measured.get("noise", 0.0)
+    why = list(judged["errors"])
+    row = {"program": prog.name, "expected": "/".join(prog.levers) or "(nothing)",
+           "expected_stage": prog.stage or "", "found": top["lever"] if top else "(nothing)",
+           "found_stage": (top.get("stage") or "") if top else "", "predicted_x": None,
+           "measured_x": round(meas, 3), "noise": round(measured.get("noise", 0.0), 3), "ratio": None, "basis": top.get("basis") if top else "",
+           "saves_ms": top.get("saves_ms") if top else None, "window_ms": top.get("window_ms") if top else None,
+           "bottleneck": str(bn) if bn is not None else ""}
+    if top is not None:
+        pred = float(top["predicted_speedup"])
+        row["predicted_x"], row["ratio"] = round(pred, 3), round(pred / meas, 3)
+    if not prog.levers:  # the control: nothing above noise
+        if top is not None and top["predicted_speedup"] > NOISE:
+            why.append(f"finds {top['lever']} at {top['predicted_speedup']:.2f}x in a balanced program")
+        if abs(meas - 1) > tol:
+            why.append(f"the control's fix measured {meas:.2f}x (should be 1.0x): the machine is too noisy")
+    elif top is None:
+        why.append("no finding")
+    else:
+        if top["lever"] not in prog.levers:
+            why.append(f"top lever {top['lever']}, expected {'/'.join(prog.levers)}")
+        if not _names_stage(prog, top, bn):
+            why.append(f"top finding names stage {top.get('stage')!r}, expected {prog.stage!r}")
+        if abs(row["ratio"] - 1) > tol:
+            why.append(f"predicted {row['predicted_x']:.2f}x vs measured {meas:.2f}x (off by more than "
+                       f"{100 * tol:.0f} %)")
+        if top.get("basis") == "bound" and meas > row["predicted_x"] * BOUND_SLACK:
+            why.append(f"bound {row['predicted_x']:.2f}x exceeded by the measured {meas:.2f}x")
+    if prog.blocked and "block" not in row["bottleneck"].lower():
+        why.append("bottleneck does not call the run blocked")
+    why += amdahl_violations(adv)
+    row["passed"] = not why
+    row["why"] = "; ".join(why)
+    return row
+
+
+def check(prog: Program | str, outdir, *, repeats: int = 3) -> dict:
+    """Profile, judge, measure and give the verdict row of one program."""
+    prog = PROGRAMS[prog] if isinstance(prog, str) else prog
+    rep = profile(prog, outdir)
+    return verdict(prog, judge(prog, rep), measure(prog, repeats=repeats))

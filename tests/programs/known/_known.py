@@ -1,0 +1,65 @@
+"""What the known-answer programs share: work of a known duration that releases the GIL, the
+command line (``--fix`` applies the program's lever) and the one JSON line each prints at exit.
+
+CPU work is SHA-256 over 64 KiB chunks until its duration has passed (hashlib releases the GIL for
+buffers this large, so two threads really run on two cores). Its duration, not its amount, is
+fixed: on a machine shared with other jobs (the 2-core CI VM under load ran hashing at a third of
+its idle speed) a stage still takes the milliseconds its program gives it, so each program's
+limiter and the speed-up of its fix are the same on every run. The thread computes the whole
+time (it never blocks), which is what the judgement must see. Waits are ``time.sleep``, as I/O
+would be: nsys's OS-runtime trace records them as ``clock_nanosleep``.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import time
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+CHUNK = bytes(64 << 10)  # 0.04 ms of hashing on an idle CI core: the overshoot past a deadline
+
+
+def cpu(ms: float) -> int:
+    """Compute (hash) for ``ms`` milliseconds of wall time, releasing the GIL; the chunks hashed."""
+    h = hashlib.sha256()
+    end = time.perf_counter() + ms / 1e3
+    n = 0
+    while True:
+        h.update(CHUNK)
+        n += 1
+        if time.perf_counter() >= end:
+            return n
+
+
+def wait(ms: float) -> None:
+    """Block for ``ms`` milliseconds, as a read from a slow device would."""
+    time.sleep(ms / 1e3)
+
+
+def args(doc: str, **extra) -> argparse.Namespace:
+    """``--fix`` (apply the lever) and ``--items`` (the steady loop's length, default ``items``)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--fix", action="store_true", help="apply the lever this program is built to need")
+    for name, default in extra.items():
+        p.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
+    return p.parse_args()
+
+
+class Steady:
+    """Times the steady loop: ``with Steady(items) as s: ...`` prints ``{"wall_s", "items"}`` at exit."""
+
+    def __init__(self, items: int):
+        self.items = items
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            print(json.dumps({"wall_s": round(time.perf_counter() - self.t0, 6), "items": self.items}),
+                  flush=True)

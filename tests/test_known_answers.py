@@ -1,0 +1,54 @@
+"""labkit's judgement on programs whose limiter is known by construction (tests/known_answers.py):
+each slow variant is profiled under the real nsys (cuda,nvtx,osrt), its fix is timed against it as
+plain subprocesses, and the top finding must name the right lever and stage, predict the measured
+speed-up within 25 %, never be a bound the fix exceeds, and no finding may predict more than its
+own window / (window - saves). The table with every figure: benchmarks/known_answers.py."""
+from __future__ import annotations
+
+import pytest
+
+import known_answers as ka
+
+
+def _check(name, tmp_path):
+    prog = ka.PROGRAMS[name]
+    rep = ka.profile(prog, tmp_path)
+    judged = ka.judge(prog, rep)
+    row = ka.verdict(prog, judged, ka.measure(prog, repeats=3))
+    return row, judged
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ka.CPU_PROGRAMS)
+def test_known_answer_cpu(name, tmp_path):
+    row, judged = _check(name, tmp_path)
+    assert not ka.amdahl_violations(judged["advice"]), row
+    assert row["passed"], f"{name}: {row['why']} (row: {row})"
+
+
+@pytest.mark.nsys
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ka.GPU_PROGRAMS)
+def test_known_answer_gpu(name, tmp_path):
+    row, _ = _check(name, tmp_path)
+    assert row["passed"], f"{name}: {row['why']} (row: {row})"
+
+
+def test_every_expected_lever_is_labkits():
+    from labkit.judge.evidence import LEVERS
+
+    for prog in ka.PROGRAMS.values():
+        assert set(prog.levers) <= set(LEVERS), prog.name
+        assert (ka.KNOWN / prog.script).is_file(), prog.script
+
+
+def test_amdahl_limit_reads_saves_and_window():
+    import pandas as pd
+
+    ok = {"lever": "batch", "stage": "infer", "predicted_speedup": 2.0, "saves_ms": 500.0, "window_ms": 1000.0}
+    over = dict(ok, predicted_speedup=2.5)
+    assert ka.amdahl_limit(ok) == 2.0
+    assert ka.amdahl_violations(pd.DataFrame([ok])) == []
+    assert len(ka.amdahl_violations(pd.DataFrame([ok, over]))) == 1
+    assert ka.amdahl_violations(pd.DataFrame([{"lever": "batch", "predicted_speedup": 9.0}])) == []
