@@ -92,7 +92,7 @@ def latest(profiles: Path, step: str, suffix: str) -> Path | None:
 def key_steps(work: Path) -> list[str]:
     """The profiled steps whose reports the reference keeps: the baseline, the queued pipeline and
     the fastest ok step that has a profile here, then any other profiled step."""
-    from labkit.ledger import Ledger
+    from labkit.bench.ledger import Ledger
 
     profiles = work / "reports" / "profiles"
     rows = [r for r in Ledger(work / "reports" / "ledger.jsonl").rows() if r.get("status", "ok") == "ok"]
@@ -110,7 +110,7 @@ def trimmed(db: Path, step: str, work: Path) -> Path:
     if target.exists():
         return target
     import labkit
-    from labkit.reader import trim_export
+    from labkit.report.reader import trim_export
 
     from labbook.steps import recorded_options
 
