@@ -28,7 +28,7 @@ ifeq ($(EXISTING),1)
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 endif
 
-.PHONY: lab test jupyter browser nsys-ui doctor env reset clean-reports timings
+.PHONY: lab test jupyter browser nsys-ui doctor env reset clean-reports timings container container-run container-smoke
 
 $(STAMP): pyproject.toml
 ifeq ($(EXISTING),1)
@@ -90,3 +90,18 @@ clean-reports: reset
 # $LABKIT_REPORTS/notebooks/timings.json (notebooks/README.md, "Timing plan").
 timings: $(STAMP)
 	$(PY) scripts/run_lab.py --mode $(MODE)
+
+# The workshop image (Containerfile; README "The workshop in a container"). VARIANT=gpu|cpu
+# (default: gpu where nvidia-smi lists a GPU), CONTAINER_ENGINE=podman|docker, IMAGE=, BASE=.
+container:
+	@bash scripts/container.sh build
+
+# JupyterLab in the image, as `make jupyter`: MODE=, PORT=, IP=, JUPYTER_TOKEN= (from the
+# environment; passed by name, never on a command line), GUI_PORT= (6080, the Nsight GUI),
+# REPORTS= (host folder kept as /reports, default reports/), GPU_METRICS=1 (--cap-add SYS_ADMIN).
+container-run:
+	@MODE=$(MODE) PORT=$(PORT) IP=$(IP) bash scripts/container.sh run
+
+# What CI runs (.ci/run): build the CPU image from an mmdebstrap base and smoke-test it offline.
+container-smoke:
+	@bash scripts/container_smoke.sh

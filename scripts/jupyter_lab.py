@@ -1,11 +1,14 @@
 """Start JupyterLab on the lab's notebooks the way workshops need it (`make jupyter` runs this).
 
-    python scripts/jupyter_lab.py [--port 8888] [--ip 127.0.0.1] [--mode small|full]
+    python scripts/jupyter_lab.py [--port 8888] [--ip 127.0.0.1] [--mode small|full] [--url-host HOST]
 
 - runs as root (workshop containers and cloud VMs usually do) by adding ``--allow-root``;
 - the notebooks read ``LABKIT_MODE``: ``--mode`` (or ``MODE=`` through make) sets it;
-- the token is ``$JUPYTER_TOKEN`` (Jupyter's standard variable), else a fresh random one;
-- prints the URL with its token on one line, the line to paste into a browser;
+- the token is ``$JUPYTER_TOKEN`` (Jupyter's standard variable), else a fresh random one; the
+  server reads it from its environment, never from its command line (which ``ps`` shows to
+  every user of the machine, containers' processes included);
+- prints the URL with its token on one line, the line to paste into a browser (``--url-host``,
+  or ``$URL_HOST``, names the host in it: a container's published address);
 - no "get notified about Jupyter news?" pop-up on a fresh start: JupyterLab shows it while the
   ``fetchNews`` setting of ``@jupyterlab/apputils-extension:notification`` is "none" (Ask), so
   the server starts with an application settings folder (``<reports>/jupyterlab-settings``)
@@ -69,15 +72,17 @@ def app_settings(folder: Path, default: Path | None = None) -> Path:
     return folder
 
 
-def command(*, port: int, ip: str = "127.0.0.1", token: str, notebook_dir: Path = NOTEBOOKS,
+def command(*, port: int, ip: str = "127.0.0.1", notebook_dir: Path = NOTEBOOKS,
             checkpoints: Path | None = None, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
     """The ``jupyter lab`` command line (JupyterLab of this interpreter's environment); writes
-    its application settings folder (:func:`app_settings`) beside the checkpoints."""
+    its application settings folder (:func:`app_settings`) beside the checkpoints. It holds no
+    token: the server reads ``JUPYTER_TOKEN`` from the environment it is started with
+    (:func:`lab_env`)."""
     checkpoints = checkpoints or checkpoints_dir()
     settings = app_settings(checkpoints.parent / "jupyterlab-settings")
     argv = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ip={ip}", f"--port={port}",
             "--port-retries=0",  # a taken port is an error, not a silent move to another port
-            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={notebook_dir}",
+            f"--ServerApp.root_dir={notebook_dir}",
             f"--FileCheckpoints.checkpoint_dir={checkpoints}", f"--LabApp.app_settings_dir={settings}",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -85,9 +90,12 @@ def command(*, port: int, ip: str = "127.0.0.1", token: str, notebook_dir: Path 
     return argv + list(extra)
 
 
-def lab_env(*, mode: str | None, base: dict | None = None) -> dict[str, str]:
-    """Environment for the server and its kernels: ``LABKIT_MODE`` set when a mode is given."""
+def lab_env(*, mode: str | None, base: dict | None = None, token: str | None = None) -> dict[str, str]:
+    """Environment for the server and its kernels: ``LABKIT_MODE`` set when a mode is given,
+    ``JUPYTER_TOKEN`` when a token is (the server's only source of its token)."""
     env = dict(os.environ if base is None else base)
+    if token:
+        env["JUPYTER_TOKEN"] = token
     if mode:
         if mode not in MODES:
             raise SystemExit(f"jupyter_lab: mode {mode!r} is not one of {MODES}: use MODE=small or MODE=full")
@@ -95,9 +103,10 @@ def lab_env(*, mode: str | None, base: dict | None = None) -> dict[str, str]:
     return env
 
 
-def url(*, port: int, ip: str, token: str, path: str = "lab") -> str:
-    """The address to open; for a server on every interface, this machine's name."""
-    host = socket.gethostname() if ip in ("0.0.0.0", "::", "") else ip
+def url(*, port: int, ip: str, token: str, path: str = "lab", host: str | None = None) -> str:
+    """The address to open: ``host`` when given (a container's published address), else for a
+    server on every interface this machine's name, else ``ip``."""
+    host = host or (socket.gethostname() if ip in ("0.0.0.0", "::", "") else ip)
     return f"http://{host}:{port}/{path}?token={token}"
 
 
@@ -107,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ip", default=os.environ.get("IP") or "127.0.0.1",
                    help="interface to listen on (0.0.0.0: every interface; keep the token secret)")
     p.add_argument("--mode", default=os.environ.get("LABKIT_MODE") or None, help="small or full (sets LABKIT_MODE)")
+    p.add_argument("--url-host", default=os.environ.get("URL_HOST") or None,
+                   help="host name in the printed URL (default: the --ip, or this machine's name for 0.0.0.0); "
+                        "a container gets its published address this way (make container-run)")
     args = p.parse_args(argv)
     try:
         import jupyterlab  # noqa: F401
@@ -115,11 +127,10 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     token = os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(24)
-    env = lab_env(mode=args.mode)
-    env["JUPYTER_TOKEN"] = token
-    print(f"JupyterLab ({env.get('LABKIT_MODE', 'full')} mode) at: {url(port=args.port, ip=args.ip, token=token)}",
-          flush=True)
-    server = subprocess.Popen(command(port=args.port, ip=args.ip, token=token, checkpoints=checkpoints_dir(env)),
+    env = lab_env(mode=args.mode, token=token)
+    where = url(port=args.port, ip=args.ip, token=token, host=args.url_host)
+    print(f"JupyterLab ({env.get('LABKIT_MODE', 'full')} mode) at: {where}", flush=True)
+    server = subprocess.Popen(command(port=args.port, ip=args.ip, checkpoints=checkpoints_dir(env)),
                               env=env, cwd=ROOT)
     # `kill` of this launcher (SIGTERM) stops the server too, instead of leaving it orphaned
     signal.signal(signal.SIGTERM, lambda *_: server.terminate())

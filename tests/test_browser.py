@@ -24,6 +24,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,10 +72,16 @@ def lab(tmp_path_factory):
 
 
 def test_launcher_command_as_make_jupyter_runs_it():
-    argv = jupyter_lab.command(port=8899, ip="0.0.0.0", token="t0k")
+    argv = jupyter_lab.command(port=8899, ip="0.0.0.0")
     assert argv[1:3] == ["-m", "jupyterlab"] and "--port=8899" in argv and "--ip=0.0.0.0" in argv
-    assert "--IdentityProvider.token=t0k" in argv and ("--allow-root" in argv) == (os.geteuid() == 0)
+    assert ("--allow-root" in argv) == (os.geteuid() == 0)
+    # the token travels in the environment only: a command line is visible to every user (ps)
+    assert not any("token" in a.lower() for a in argv)
+    assert jupyter_lab.lab_env(mode=None, base={}, token="t0k") == {"JUPYTER_TOKEN": "t0k"}
     assert jupyter_lab.lab_env(mode="small", base={})["LABKIT_MODE"] == "small"
+    # a container's URL names the address it is published on (make container-run: --url-host)
+    assert jupyter_lab.url(port=8890, ip="0.0.0.0", token="t", host="gpu-box") == "http://gpu-box:8890/lab?token=t"
+    assert jupyter_lab.url(port=8890, ip="127.0.0.1", token="t") == "http://127.0.0.1:8890/lab?token=t"
     assert "LABKIT_MODE" not in jupyter_lab.lab_env(mode=None, base={})
     # checkpoints in the reports folder, never notebooks/.ipynb_checkpoints/
     assert f"--FileCheckpoints.checkpoint_dir={jupyter_lab.checkpoints_dir()}" in argv
@@ -108,6 +115,9 @@ def test_make_jupyter_prints_one_url_with_the_token(tmp_path):
             pytest.fail("JupyterLab did not answer within 60 s")
         with pytest.raises(urllib.error.HTTPError, match="403"):  # the token is required
             urllib.request.urlopen(f"http://127.0.0.1:{port}/api/sessions", timeout=5)
+        # ... and it came from the environment: no process shows it on its command line (ps)
+        procs = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        assert len(procs) > 1 and not any("secret-token-123" in " ".join(p.cmdline()) for p in procs)
     finally:
         proc.terminate()
         proc.wait(30)
