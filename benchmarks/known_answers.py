@@ -3,7 +3,8 @@
 For each program of tests/programs/known (tests/known_answers.py says what each expects): profile
 the slow variant under nsys (cuda,nvtx,osrt), read ``labkit.advise``'s top finding and
 ``labkit.bottleneck``, time both variants as plain subprocesses (interleaved, median of
---repeats), and print one row each: expected and found lever and stage, predicted and measured
+--repeats), and print one row each: the top finding (lever, stage, x), the fix's lever and its rank among
+the findings, its predicted and the measured
 speed-up, their ratio, the basis and pass/fail with every reason it failed. A row passes when the
 right lever is on top, its prediction is within 25 % of the measured speed-up (plus the
 measurement's noise: half the spread of the paired speed-ups, shown), a bound is not
@@ -93,14 +94,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['program']:20s} {r['expected_x']:10.2f} {r['measured_x']:10.2f} {r['noise']:6.2f}  "
                   f"{' '.join(f'{x:.3f}' for x in r['slow_runs'])} | {' '.join(f'{x:.3f}' for x in r['fix_runs'])}")
         return 0
-    head = (f"{'program':18s} {'expected':28s} {'found':15s} {'found stage':12s} {'pred x':>7s} {'meas x':>7s} "
-            f"{'noise':>6s} {'ratio':>6s} {'basis':9s} pass")
+    head = (f"{'program':18s} {'top finding (stage, x)':34s} {'fix lever (stage)':30s} {'rank':>4s} {'pred x':>7s} "
+            f"{'meas x':>7s} {'noise':>6s} {'ratio':>6s} {'basis':9s} pass")
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['program']:18s} {(r['expected'] + ' ' + r['expected_stage']).strip():28s} {r['found']:15s} "
-              f"{str(r['found_stage'])[:12]:12s} {_fmt(r['predicted_x']):>7s} {_fmt(r['measured_x']):>7s} "
-              f"{_fmt(r['noise']):>6s} {_fmt(r['ratio']):>6s} {str(r['basis'])[:9]:9s} {'PASS' if r['passed'] else 'FAIL'}")
+        top = f"{r['top']} ({r['top_stage'] or '-'}, {_fmt(r['top_x'])})" if r["top_x"] is not None else r["top"]
+        fix = (r['expected'] + (f" ({r['expected_stage']})" if r['expected_stage'] else ""))
+        print(f"{r['program']:18s} {top[:34]:34s} {fix[:30]:30s} {str(r['fix_rank'] or '-'):>4s} "
+              f"{_fmt(r['predicted_x']):>7s} {_fmt(r['measured_x']):>7s} {_fmt(r['noise']):>6s} {_fmt(r['ratio']):>6s} "
+              f"{str(r['basis'])[:9]:9s} {'PASS' if r['passed'] else 'FAIL'}")
     print()
     for r in rows:
         if not r["passed"]:

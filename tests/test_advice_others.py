@@ -63,8 +63,9 @@ def test_bottleneck_busy_figures_agree_with_stage_table(path):
     nested = set(stages.stage_labels(nv[nv.index.isin(parents)]))
     t = b.table.set_index("stage")["self_ms"].groupby(level=0).sum()
     st_lab = stages.stage_labels(st.rename(columns={"stage": "name"}))
-    # bottleneck's self time is work: the stage's CPU time less the time its thread was blocked in it
-    cpu = pd.Series((st["cpu_ms"] - st["blocked_ms"]).to_numpy(), index=st_lab.to_numpy())
+    # bottleneck's self time is the thread's own: the stage's CPU time less the time it waited on a peer
+    # (blocked, but not on its input: latency stays the thread's)
+    cpu = pd.Series((st["cpu_ms"] - st["blocked_ms"] + st["latency_ms"]).to_numpy(), index=st_lab.to_numpy())
     checked = 0
     for s in set(lab) - nested:
         if s in t.index:
@@ -84,7 +85,7 @@ def test_a_range_covering_the_run_is_work_not_an_envelope():
     st = labkit.stage_table(r)
     assert b.thread_busy_frac > 0.99 and not b.gpu_bound
     one = st.loc[st["stage"] == b.stage].iloc[0]
-    assert b.stage_ms == pytest.approx(one["cpu_ms"] - one["blocked_ms"])
+    assert b.stage_ms == pytest.approx(one["cpu_ms"] - one["blocked_ms"] + one["latency_ms"])
     assert b.gpu_busy_frac < 0.01  # kernels 0.6 ms of 2.25 s
 
 

@@ -75,16 +75,13 @@ def advise(report, *, window=None, within=None, steady: bool = True, **kwargs) -
         (w0, w1), why = steady_window_of(report)
         if (w0, w1) != analysis.trace_span(report):
             window = (w0, w1)
-    out = _advise(report, window=window, within=within, **kwargs)
-    if why:
-        out.attrs["note"] = f"{out.attrs['note']}; {why}"
-    return out
+    return _advise(report, window=window, within=within, _where=why, **kwargs)
 
 
 @windowed
 def _advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float | None = None,
            fps: float | None = None, batch_size: int | None = None, removable=(), skip_with=(),
-           skip_every: int = SKIP_EVERY, min_gain: float = MIN_GAIN) -> pd.DataFrame:
+           skip_every: int | None = None, min_gain: float = MIN_GAIN, _where: str | None = None) -> pd.DataFrame:
     """Findings about what holds a profiled run back, each with its evidence, lever and prediction.
 
     Args:
@@ -99,8 +96,10 @@ def _advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float |
         removable: stages the output does not need (a ``remove_stage`` finding each).
         skip_with: stages that run on fewer items together (the skip-work lever changes all of
             them when the dominant stage is one; default: the dominant stage alone).
-        skip_every: the K of the skip-work estimate (1 item in K).
-        min_gain: findings predicting less are left out (the input-bound one always shown).
+        skip_every: the K of the skip-work estimate (1 item in K; default 3). Given, the caller says
+            the stage may skip items: its skip-work finding stands for it, not the cheaper-stage limit.
+        min_gain: findings predicting less are left out (the input-bound one and the stages named
+            ``removable`` always shown).
     Returns: ``ADVICE_COLUMNS``: finding, evidence (numbers from the report, in words), lever (an
         id of :data:`LEVERS`), lever_text (its words), predicted_speedup (x), basis ("bound": a
         true upper bound under the assumptions; "estimate" otherwise), assumptions (one
@@ -116,7 +115,10 @@ def _advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float |
     if stages is None:
         stages, how = analysis.choose_stages(report)
     ev = Evidence(report, stages, how, warmup, batch_size)
-    ev.skip_with, ev.skip_every = tuple(skip_with), int(skip_every)
+    if _where:  # the steady window advise chose (the report is restricted to it)
+        ev.where = _where
+    ev.skip_with, ev.skip_every = tuple(skip_with), int(skip_every or SKIP_EVERY)
+    ev.skip_given, ev.removable = skip_every is not None, tuple(removable)
     ev.acc = account(report, window=ev.window)
     rows = [r for rule in advice_rules.RULES for r in rule(ev)] + advice_rules.removable(ev, removable)
     for r in rows:
@@ -130,7 +132,9 @@ def _advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float |
             if r["predicted_speedup"] > cap:
                 r["predicted_speedup"] = cap
                 r["evidence"] += f"; capped at the input-only ceiling ({cap:.2f}x)"
-    rows = [r for r in rows if r["predicted_speedup"] >= min_gain] + ([decode] if decode else [])
+    # a lever the caller named (removable=) is always answered, even when it predicts nothing
+    rows = [r for r in rows if r["predicted_speedup"] >= min_gain or r["rule"] == "removable_stage"] + (
+        [decode] if decode else [])
     for r in rows:  # what each prediction removes from the window, after every cap
         p = float(r["predicted_speedup"])
         r["window_ms"] = float(ev.wall_ms)
@@ -169,13 +173,15 @@ def _amdahl(r: dict, ev: Evidence) -> None:
     if r["lever"] in GPU_LEVERS and acc.limiter == "gpu" and b is not None:
         other = max(other, float(b["busy_ms"]))  # faster kernels leave every thread's own work
     touch = w - other
-    if r["rule"] in LAUNCH_RULES and b is not None:  # fewer launches save the launch calls, nothing else
+    if "touch_ms" in r:  # the rule says what its change removes (the what-if model's own time)
+        touch = min(touch, float(r.pop("touch_ms")))
+    elif r["rule"] in LAUNCH_RULES and b is not None:  # fewer launches save the launch calls, nothing else
         api = ev.in_window(ev.rep.cuda_api)
         mine = api[(api["global_tid"] == b["global_tid"]) & api["name"].astype(str).str.contains("Launch",
                                                                                                     regex=False)]
         touch = min(touch, float(mine["duration_ns"].sum()) / 1e6)
-    if r.get("stage") is not None and not ev.load.empty:
-        stage_ms = float(ev.load.loc[ev.load["stage"] == r["stage"], "ms"].sum())
+    elif r.get("stage") is not None and not ev.model.stages.empty:  # the stage's own time, latency included
+        stage_ms = float(ev.model.stages.loc[ev.model.stages["stage"] == r["stage"], "own_ms"].sum())
         if stage_ms > 0:
             touch = min(touch, stage_ms)
     touch = min(max(touch, 0.0), w)

@@ -83,11 +83,30 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     wall_ns = w1 - w0
     empty = pd.DataFrame(columns=["thread", "tid", "stage", "domain", "self_ms", "thread_busy_frac"])
     if len(pp) == 0 or wall_ns <= 0:
-        return Bottleneck("No NVTX ranges in this report: annotate the stages (labkit.annotate) and profile again.",
-                          None, None, None, 0.0, 0.0, wall_ns / 1e6, 0.0, empty)
+        from labkit.judge.accounting import account  # no ranges: what the threads did, from the accounting
+
+        acc = account(rep, steady=False)
+        b = acc.busiest
+        if b is None:
+            return Bottleneck("Nothing traced: no NVTX ranges, CUDA or OS runtime calls in this window.", None, None,
+                              None, 0.0, 0.0, acc.window_ms, 0.0, empty)
+        blocked = b["blocked_ms"] / b["extent_ms"] if b["extent_ms"] else 0.0
+        state = (f"blocked {blocked:.0%} of its {b['extent_ms']:.0f} ms (sleeps, reads, waits: not work)"
+                 if blocked >= 0.5 else f"busy {b['busy_frac']:.0%} of {acc.window_ms:.0f} ms")
+        copy_frac = acc.copy_ms / acc.window_ms if acc.window_ms else 0.0
+        gpu = acc.limiter == "gpu"
+        head = (f"The GPU bound throughput: kernels kept the SMs busy {acc.sm_frac:.0%} of {acc.window_ms:.1f} ms, "
+                f"more than any thread was busy (no NVTX ranges, so no stage to name: thread {b['thread']} was "
+                f"{state})" if gpu else f"No NVTX ranges, so no stage to name: thread {b['thread']} was {state}")
+        return Bottleneck(f"{head}; annotate the stages (labkit.annotate) and profile again to name one.", None,
+                          str(b["thread"]), int(b["tid"]), float(b["busy_frac"]), 0.0, acc.window_ms, acc.sm_frac,
+                          empty, copy_frac, gpu)
     # self time: own duration minus direct children's durations, and minus the time the thread was
     # blocked inside it and not inside a child (a sleep, a lock, a sync: waiting is not work)
-    blocked = blocked_intervals(rep)
+    # a thread waiting on a peer (a lock, a queue, the GPU) is not what limits the run; a thread blocked
+    # on its input (sleeps, reads: latency) is occupied by it, and the sentence says which it was
+    blocked = blocked_intervals(rep, kind="peer")
+    latency = blocked_intervals(rep, kind="latency")
     own_blocked = pd.Series(blocked_in(pp, blocked), index=pp.index)
     child = pp[pp["parent"] >= 0].groupby("parent")[["duration_ns"]].sum()
     child_blocked = own_blocked[pp["parent"] >= 0].groupby(pp.loc[pp["parent"] >= 0, "parent"]).sum()
@@ -114,6 +133,8 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     # minus the time it was blocked inside them
     busy = pd.Series({g: _busy_ns(w, blocked.get(int(g))) for g, w in work.groupby("global_tid", sort=False)},
                      dtype="int64")
+    waited = pd.Series({g: int(_busy_ns(w, None) - _busy_ns(w, latency.get(int(g))))
+                        for g, w in work.groupby("global_tid", sort=False)}, dtype="int64")
     per["thread_busy_frac"] = per["global_tid"].map(busy) / wall_ns
     per["self_ms"] = per["self_ns"] / 1e6
     per = per.sort_values("self_ns", ascending=False, ignore_index=True)
@@ -142,8 +163,11 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
                     f"than any thread was busy (busiest: {row['thread']} at {frac:.0%}, mostly '{row['stage']}')"
                     f"{copies}.")
     else:
-        sentence = (f"Stage '{row['stage']}' on thread {row['thread']} bound throughput: that thread was busy "
-                    f"{frac:.0%} of {wall_ms:.1f} ms, '{row['stage']}' itself {row['self_ns'] / 1e6:.1f} ms "
-                    f"({row['self_ns'] / wall_ns:.0%}); {sm}{copies}.")
+        lat = float(waited.get(top_tid, 0)) / max(float(busy.max()), 1.0)
+        how = (f"occupied {frac:.0%} of {wall_ms:.1f} ms, {lat:.0%} of it blocked on its input (sleeps, reads: "
+               f"latency, not work)" if lat >= 0.5 else f"busy {frac:.0%} of {wall_ms:.1f} ms")
+        sentence = (f"Stage '{row['stage']}' on thread {row['thread']} bound throughput: that thread was {how}, "
+                    f"'{row['stage']}' itself {row['self_ns'] / 1e6:.1f} ms ({row['self_ns'] / wall_ns:.0%}); "
+                    f"{sm}{copies}.")
     return Bottleneck(sentence, str(row["stage"]), str(row["thread"]), int(row["tid"]), frac,
                       float(row["self_ns"] / 1e6), wall_ms, gpu_frac, table, copy_frac, gpu_bound)

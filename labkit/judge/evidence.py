@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.judge import bottleneck as bn
+from labkit.judge.whatif import WhatIf
 from labkit.stats.stages import stage_labels, stage_table, trace_span
 from labkit.stats import idle
 
@@ -102,6 +103,8 @@ class Evidence:
         self.sm_ms = idle.busy_in(sm, se, w0, w1) / 1e6 if len(sm) else 0.0
         self.copy_ms = idle.busy_in(cs, ce, w0, w1) / 1e6 if len(cs) else 0.0
         self.kernels = self.in_window(rep.kernels)
+        self.model = WhatIf(rep, self.window, self.stages, sm_ms=self.sm_ms, copy_ms=self.copy_ms)
+        self.skip_with, self.skip_every, self.skip_given, self.removable = (), SKIP_EVERY, False, ()
 
     def in_window(self, df: pd.DataFrame) -> pd.DataFrame:
         """Rows of a frame with start_ns inside the window."""

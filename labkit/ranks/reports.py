@@ -136,7 +136,7 @@ def _merge_stages(st: pd.DataFrame) -> pd.DataFrame:
     """Per-rank stage tables (with ``rank``) summed into one; see :meth:`Reports.stage_table`."""
     wall_ms = (st["cpu_ms"] / st["wall_share"]).groupby(st["rank"]).max()
     g = st.groupby(["stage", "domain"] if "domain" in st.columns else "stage", sort=False)  # domains apart
-    out = g[["instances", "items", "cpu_ms", "blocked_ms", "gpu_ms", "threads"]].sum()
+    out = g[["instances", "items", "cpu_ms", "blocked_ms", "latency_ms", "gpu_ms", "threads"]].sum()
     out["ranks"] = g["rank"].nunique()
     out["cpu_ms_per_instance"] = out["cpu_ms"] / out["instances"]
     per = out["items"].where(out["items"] > 0)

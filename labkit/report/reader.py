@@ -282,6 +282,10 @@ def _read_meta(db: _Db) -> dict:
         row = db.scalar_rows("SELECT startTime, stopTime, duration FROM ANALYSIS_DETAILS LIMIT 1")
         if row:
             meta["start_ns"], meta["stop_ns"], meta["duration_ns"] = (int(x) for x in row[0])
+    if db.has("TARGET_INFO_SYSTEM_ENV", "name", "value"):  # the profiled machine's CPU cores
+        row = db.scalar_rows("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'CpuCores' LIMIT 1")
+        if row and str(row[0][0]).isdigit() and 0 < int(row[0][0]) < 1 << 16:
+            meta["cpu_cores"] = int(row[0][0])
     if db.has("META_DATA_CAPTURE", "name", "value"):
         kv = db.scalar_rows("SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_0:%'")
         d = dict(kv)

@@ -21,8 +21,8 @@ import pandas as pd
 
 from labkit.stats.idle import busy_intervals, copy_calls, sync_calls
 
-__all__ = ["BLOCKING_OSRT", "WAIT_WORDS", "is_wait", "blocking_osrt", "blocked_intervals", "blocked_in",
-           "Intervals"]
+__all__ = ["BLOCKING_OSRT", "LATENCY_OSRT", "WAIT_WORDS", "is_wait", "blocking_osrt", "blocked_intervals",
+           "blocked_in", "Intervals"]
 
 BLOCKING_OSRT = re.compile(
     r"^(nanosleep|clock_nanosleep|usleep|sleep|pause|sigsuspend|sigwait\w*|sigtimedwait"
@@ -32,6 +32,15 @@ BLOCKING_OSRT = re.compile(
     r"|read|pread(64)?|readv|preadv2?|fread|fgets|getline|recv|recvfrom|recvmsg|recvmmsg|accept4?|msgrcv"
     r"|wait|waitpid|wait3|wait4|waitid|flock|lockf|fsync|fdatasync)(_v\d+)?$")
 """OS runtime calls (as nsys names them) that wait: time in them is blocked, not work."""
+
+LATENCY_OSRT = re.compile(
+    r"^(nanosleep|clock_nanosleep|usleep|sleep|poll|ppoll|select|pselect6?|epoll_p?wait2?"
+    r"|read|pread(64)?|readv|preadv2?|fread|fgets|getline|recv|recvfrom|recvmsg|recvmmsg|accept4?|msgrcv"
+    r"|fsync|fdatasync)(_v\d+)?$")
+"""The blocking calls that wait on the outside world (a device, a file, the network, a timer): their
+time is *latency*, which stays on the thread unless the lever overlaps it. Every other blocked
+time (locks, condition variables, joins, CUDA syncs, blocking copies, wait ranges) waits on a peer:
+another thread or the GPU."""
 
 WAIT_WORDS = ("wait", "idle", "queue", "sleep", "sync", "block")
 """NVTX range names containing one of these count as waiting, not as work."""
@@ -62,13 +71,21 @@ def _wait_ranges(rep) -> pd.DataFrame:
     return r[r["name"].map(is_wait).astype(bool)]
 
 
-def blocked_intervals(rep, *, waits: bool = True) -> dict[int, Intervals]:
+def blocked_intervals(rep, *, waits: bool = True, kind: str = "all") -> dict[int, Intervals]:
     """Per thread (``global_tid``), the merged intervals during which it was blocked: blocking OS
     runtime calls, synchronizing CUDA calls and blocking copies, and (``waits=True``) NVTX ranges
-    named as waits."""
-    copies = copy_calls(rep)
-    copies = copies[copies["blocking"]] if len(copies) else copies
-    parts = [blocking_osrt(rep), sync_calls(rep), copies] + ([_wait_ranges(rep)] if waits else [])
+    named as waits. ``kind="latency"``: only the OS calls that wait on the outside world
+    (:data:`LATENCY_OSRT`); ``kind="peer"``: everything else (waits on another thread or the GPU)."""
+    osrt = blocking_osrt(rep)
+    if kind != "all" and len(osrt):
+        outside = osrt["name"].astype(str).str.match(LATENCY_OSRT)
+        osrt = osrt[outside] if kind == "latency" else osrt[~outside]
+    if kind == "latency":
+        parts = [osrt]
+    else:
+        copies = copy_calls(rep)
+        copies = copies[copies["blocking"]] if len(copies) else copies
+        parts = [osrt, sync_calls(rep), copies] + ([_wait_ranges(rep)] if waits else [])
     parts = [p[["global_tid", "start_ns", "end_ns"]] for p in parts if len(p)]
     if not parts:
         return {}

@@ -112,6 +112,7 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
 
     Returns: stage, domain ('' for the default domain), instances, items, cpu_ms, blocked_ms (of cpu_ms, the time its
         thread was blocked inside its ranges: sleeps, waits, locks, syncs, blocking copies; :mod:`labkit.stats.blocked`),
+        latency_ms (of blocked_ms, the time blocked on the outside world: sleeps, reads, polls),
         cpu_ms_per_instance, cpu_ms_per_item, gpu_ms
         (projected: first to last GPU op launched inside each instance, summed), gpu_ms_per_item,
         wall_share (cpu_ms over the wall span of the ranges kept after the warm-up
@@ -126,7 +127,8 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
     wall_ns = int(r["end_ns"].max() - r["start_ns"].min()) if len(r) else 0
     if stages is not None:
         r = r[r["name"].isin(list(stages)) | stage_labels(r).isin(list(stages))]
-    cols = ["stage", "domain", "instances", "items", "cpu_ms", "blocked_ms", "cpu_ms_per_instance", "cpu_ms_per_item",
+    cols = ["stage", "domain", "instances", "items", "cpu_ms", "blocked_ms", "latency_ms", "cpu_ms_per_instance",
+            "cpu_ms_per_item",
             "gpu_ms", "gpu_ms_per_item", "wall_share", "threads"]
     if len(r) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object if c in ("stage", "domain") else "float64") for c in cols})
@@ -135,13 +137,15 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
     if len(proj):
         pj = proj.set_index("nvtx_index")["proj_duration_ns"]
         gpu = pj.reindex(r.index).fillna(0).astype("int64")
-    r = r.assign(gpu_ns=gpu.to_numpy(), domain=domains(r), blocked_ns=blocked_in(r, blocked_intervals(rep)))
+    r = r.assign(gpu_ns=gpu.to_numpy(), domain=domains(r), blocked_ns=blocked_in(r, blocked_intervals(rep)),
+                 latency_ns=blocked_in(r, blocked_intervals(rep, kind="latency")))
     g = r.groupby(["domain", "name"], sort=False)
     out = pd.DataFrame({
         "instances": g.size(),
         "items": g["items"].sum(),
         "cpu_ms": g["duration_ns"].sum() / 1e6,
         "blocked_ms": g["blocked_ns"].sum() / 1e6,
+        "latency_ms": g["latency_ns"].sum() / 1e6,
         "gpu_ms": g["gpu_ns"].sum() / 1e6,
         "threads": g["global_tid"].nunique(),
     })
@@ -215,9 +219,9 @@ def _stage_rows(rep, names, warmup: int) -> pd.DataFrame:
 
 
 def trace_span(rep) -> tuple[int, int]:
-    """First start to last end over NVTX ranges, CUDA calls and GPU operations."""
+    """First start to last end over NVTX ranges, CUDA calls, OS runtime calls and GPU operations."""
     lo, hi = [], []
-    for f in (rep.nvtx, rep.cuda_api, rep.gpu_ops()):
+    for f in (rep.nvtx, rep.cuda_api, rep.osrt, rep.gpu_ops()):
         if len(f):
             lo.append(int(f["start_ns"].min()))
             hi.append(int(f["end_ns"].max()))

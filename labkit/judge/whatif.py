@@ -1,0 +1,160 @@
+"""The what-if model behind advise's stage findings: each thread's *own* time, each stage's own time
+on its thread, and the run's length after a change.
+
+A thread's own time in the window is its extent less the time it waited on a peer (another thread,
+through a lock, a condition, a queue or a wait range; or the GPU, through a sync or a blocking copy):
+what it would take with every peer infinitely fast. It holds its work, its CUDA calls, its untraced
+time and its *latency*: time blocked on the outside world (sleeps, reads, polls: the calls of
+:data:`labkit.stats.blocked.LATENCY_OSRT`), which stays on the thread unless a lever overlaps it.
+A stage's own time is the same over its ranges' self time (nested ranges apart). Without an OS
+runtime trace, waits outside ranges are invisible, so an annotated thread owns only the time of its
+ranges then.
+
+In a steady, pipelined run the slowest resource sets the pace, so the model's run length is the
+largest own time of any thread, no shorter than the SMs' or the copy engines' busy time.
+:meth:`WhatIf.speedup` compares that length before and after a change (time removed from threads,
+stages moved to new threads); with no change it is exactly 1. The model's assumptions, said with
+every finding: every other thread and engine keeps its measured time; the threads' CPU time
+shares the profiled machine's cores (``CpuCores`` in the report), so a change off the limiting
+thread still pays where the cores were full.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from labkit.judge.accounting import _thread_names as _names
+from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait
+from labkit.stats.idle import busy_intervals
+from labkit.stats.stages import stage_labels
+
+__all__ = ["WhatIf", "IN_FLIGHT"]
+
+IN_FLIGHT = 8
+"""Requests a thread can keep in flight once its latency is overlapped (parallel reads, prefetch
+threads): the parallel-input lever's assumption."""
+
+
+class WhatIf:
+    """Own time per thread and per (thread, stage) in ``window``; see the module docstring.
+
+    Attributes:
+        threads: tid, thread, own_ms, latency_ms, wait_ms (one row per thread with traced events).
+        stages: tid, thread, stage, own_ms, latency_ms (self time of the stage's ranges on that thread).
+        floor_ms: the SMs' and the copy engines' busy time, the least any change leaves.
+    """
+
+    def __init__(self, rep, window: tuple[int, int], stages, *, sm_ms: float = 0.0, copy_ms: float = 0.0):
+        w0, w1 = window
+        self.floor_ms = max(sm_ms, copy_ms)
+        peer = blocked_intervals(rep, kind="peer")
+        lat = blocked_intervals(rep, kind="latency")
+        frames = [f[["global_tid", "start_ns", "end_ns"]] for f in (rep.nvtx, rep.cuda_api, rep.osrt) if len(f)]
+        ev = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["global_tid", "start_ns",
+                                                                                    "end_ns"])
+        ev = ev[(ev["end_ns"] > w0) & (ev["start_ns"] < w1)]
+        names = _names(rep)
+        # Without an OS runtime trace, a thread's time outside its ranges may be a wait nothing
+        # recorded (a queue get): an annotated thread then owns only its ranges' time.
+        osrt = len(rep.osrt) > 0
+        nv = rep.nvtx
+        work = nv[(nv["kind"] != "mark")] if len(nv) else nv
+        if len(work):
+            work = work[~work["name"].map(is_wait).astype(bool)]
+        rows = []
+        for g, e in ev.groupby("global_tid", sort=False):
+            g = int(g)
+            x0, x1 = max(w0, int(e["start_ns"].min())), min(w1, int(e["end_ns"].max()))
+            if x1 <= x0:
+                continue
+            mine = work[work["global_tid"] == g] if len(work) else work
+            if osrt or len(mine) == 0:
+                s, e_ = np.array([x0]), np.array([x1])
+            else:
+                s, e_ = busy_intervals(np.clip(mine["start_ns"].to_numpy(np.int64), x0, x1),
+                                       np.clip(mine["end_ns"].to_numpy(np.int64), x0, x1))
+            span = pd.DataFrame({"global_tid": g, "start_ns": s, "end_ns": e_})
+            total = int(np.sum(e_ - s))
+            wait = int(blocked_in(span, peer).sum())
+            both = _merge(peer.get(g), lat.get(g))
+            latency = int(blocked_in(span, {g: both}).sum()) - wait if both is not None else 0
+            rows.append({"tid": g, "thread": names.get(g, f"tid {g & 0xFFFFFF}"), "own_ms": (total - wait) / 1e6,
+                         "latency_ms": max(latency, 0) / 1e6, "wait_ms": wait / 1e6})
+        self.threads = pd.DataFrame(rows, columns=["tid", "thread", "own_ms", "latency_ms", "wait_ms"])
+        self.cores = rep.meta.get("cpu_cores")  # the profiled machine's, where the report says
+        self.stages = self._stages(rep, window, stages, peer, lat, names)
+
+    @staticmethod
+    def _stages(rep, window, stages, peer, lat, names) -> pd.DataFrame:
+        cols = ["tid", "thread", "stage", "own_ms", "latency_ms", "instances"]
+        nv = rep.nvtx
+        if len(nv) == 0:
+            return pd.DataFrame(columns=cols)
+        w0, w1 = window
+        r = nv[(nv["kind"] != "mark") & (nv["start_ns"] >= w0) & (nv["end_ns"] <= w1)]
+        if len(r) == 0:
+            return pd.DataFrame(columns=cols)
+        both = {g: _merge(peer.get(g), lat.get(g)) for g in set(peer) | set(lat)}
+        wait_in = pd.Series(blocked_in(r, peer), index=r.index)
+        any_in = pd.Series(blocked_in(r, both), index=r.index)
+        dur = r["duration_ns"].astype("int64")
+        kids = r[r["parent"].isin(r.index)]
+        by_parent = kids.groupby("parent")
+        child_dur = by_parent["duration_ns"].sum().reindex(r.index).fillna(0)
+        child_wait = wait_in[kids.index].groupby(kids["parent"]).sum().reindex(r.index).fillna(0)
+        child_any = any_in[kids.index].groupby(kids["parent"]).sum().reindex(r.index).fillna(0)
+        self_wait = (wait_in - child_wait).clip(lower=0)
+        self_any = (any_in - child_any).clip(lower=0)
+        own = (dur - child_dur - self_wait).clip(lower=0)
+        latency = (self_any - self_wait).clip(lower=0)
+        lab = stage_labels(r)
+        keep = ~r["name"].map(is_wait).astype(bool)
+        if stages:
+            keep &= lab.isin(list(stages)) | r["name"].isin(list(stages))
+        t = pd.DataFrame({"tid": r["global_tid"].astype("int64"), "stage": lab, "own": own, "latency": latency})[keep]
+        if len(t) == 0:
+            return pd.DataFrame(columns=cols)
+        g = t.groupby(["tid", "stage"], sort=False)
+        out = pd.DataFrame({"own_ms": g["own"].sum() / 1e6, "latency_ms": g["latency"].sum() / 1e6,
+                            "instances": g.size()}).reset_index()
+        out["thread"] = out["tid"].map(lambda x: names.get(int(x), f"tid {int(x) & 0xFFFFFF}"))
+        return out[cols].sort_values("own_ms", ascending=False, ignore_index=True)
+
+    # ------------------------------------------------------------------------- the model
+    def length(self, own: pd.Series | None = None, new: list[float] = ()) -> float:
+        """The run's length in the model: the largest own time of any thread (``own``: tid -> ms,
+        default as measured) or new thread (``new``), no shorter than the engines' busy time, nor than
+        the threads' CPU time (own less latency) shared by the profiled machine's cores."""
+        own = self.threads.set_index("tid")["own_ms"] if own is None else own
+        cpu = 0.0
+        if self.cores:
+            lat = self.threads.set_index("tid")["latency_ms"].reindex(own.index).fillna(0.0)
+            cpu = float((own - lat).clip(lower=0).sum() + sum(new)) / self.cores
+        return float(max([own.max() if len(own) else 0.0, *new, self.floor_ms, cpu]))
+
+    def speedup(self, removed: dict[int, float] | None = None, new: list[float] = ()) -> float:
+        """Length now over length after taking ``removed`` (tid -> ms) off threads and adding threads
+        of ``new`` own time; 1.0 when nothing changes."""
+        now = self.length()
+        own = self.threads.set_index("tid")["own_ms"].copy()
+        for tid, ms in (removed or {}).items():
+            if tid in own.index:
+                own[tid] = max(own[tid] - ms, 0.0)
+        after = self.length(own, list(new))
+        return now / after if after > 0 else float("inf")
+
+    @property
+    def limiter(self) -> pd.Series | None:
+        """The thread with the largest own time (None without threads)."""
+        t = self.threads
+        return None if t.empty else t.loc[t["own_ms"].idxmax()]
+
+    def stages_of(self, tid: int) -> pd.DataFrame:
+        return self.stages[self.stages["tid"] == tid]
+
+
+def _merge(a, b):
+    parts = [x for x in (a, b) if x is not None and len(x[0])]
+    if not parts:
+        return None
+    return busy_intervals(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
