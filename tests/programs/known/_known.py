@@ -63,3 +63,24 @@ class Steady:
         if exc[0] is None:
             print(json.dumps({"wall_s": round(time.perf_counter() - self.t0, 6), "items": self.items}),
                   flush=True)
+
+
+def inputs(make, items: int, *, ahead: bool, wait_name: str = "wait_input", thread: str = "prefetch"):
+    """``make(i)`` for each item in order: in line, or (``ahead``) made by a thread of its own up to
+    four items ahead through a queue, each take a ``wait_name`` NVTX range (the overlap lever)."""
+    if not ahead:
+        for i in range(items):
+            yield make(i)
+        return
+    import queue
+    import threading
+
+    from labkit import annotate
+
+    q: queue.Queue = queue.Queue(maxsize=4)
+    t = threading.Thread(target=lambda: [q.put(make(i)) for i in range(items)], name=thread)
+    t.start()
+    for _ in range(items):
+        with annotate.range(wait_name):
+            yield q.get()
+    t.join()

@@ -3,10 +3,7 @@
 
 Known answer: lever ``overlap_stages`` on ``read``; 40/25 = 1.6x.
 """
-import queue
-import threading
-
-from _known import Steady, args, cpu, wait
+from _known import Steady, args, cpu, inputs, wait
 
 from labkit import annotate
 
@@ -20,17 +17,6 @@ def read(i: int) -> int:
 
 
 with Steady(a.items):
-    if a.fix:
-        q: queue.Queue = queue.Queue(maxsize=4)
-        t = threading.Thread(target=lambda: [q.put(read(i)) for i in range(a.items)], name="reader")
-        t.start()
-    for i in range(a.items):
-        if a.fix:
-            with annotate.range("wait_input"):
-                q.get()
-        else:
-            read(i)
+    for i in inputs(read, a.items, ahead=a.fix, wait_name="wait_input", thread="reader"):
         with annotate.range("compute", batch=i, items=1):
             cpu(25)
-    if a.fix:
-        t.join()

@@ -4,10 +4,7 @@ through a queue (hashing releases the GIL, so both use a core).
 
 Known answer: lever ``overlap_stages``; 40/25 = 1.6x (on two free cores also in work done).
 """
-import queue
-import threading
-
-from _known import Steady, args, cpu
+from _known import Steady, args, cpu, inputs
 
 from labkit import annotate
 
@@ -21,17 +18,6 @@ def features(i: int) -> int:
 
 
 with Steady(a.items):
-    if a.fix:
-        q: queue.Queue = queue.Queue(maxsize=4)
-        t = threading.Thread(target=lambda: [q.put(features(i)) for i in range(a.items)], name="features")
-        t.start()
-    for i in range(a.items):
-        if a.fix:
-            with annotate.range("wait_features"):
-                q.get()
-        else:
-            features(i)
+    for i in inputs(features, a.items, ahead=a.fix, wait_name="wait_features", thread="features"):
         with annotate.range("classify", batch=i, items=1):
             cpu(15)
-    if a.fix:
-        t.join()

@@ -5,10 +5,7 @@
 Known answer, in the steady window only (start-up left out): lever ``overlap_stages`` on ``load``;
 25/15 = 1.7x. Over the whole trace the same lever would read as 2.75/2.45 = 1.1x.
 """
-import queue
-import threading
-
-from _known import Steady, args, cpu, wait
+from _known import Steady, args, cpu, inputs, wait
 
 from labkit import annotate
 
@@ -25,17 +22,6 @@ def load(i: int) -> int:
 
 
 with Steady(a.items):
-    if a.fix:
-        q: queue.Queue = queue.Queue(maxsize=4)
-        t = threading.Thread(target=lambda: [q.put(load(i)) for i in range(a.items)], name="loader")
-        t.start()
-    for i in range(a.items):
-        if a.fix:
-            with annotate.range("wait_input"):
-                q.get()
-        else:
-            load(i)
+    for i in inputs(load, a.items, ahead=a.fix, wait_name="wait_input", thread="loader"):
         with annotate.range("step", batch=i, items=1):
             cpu(15)
-    if a.fix:
-        t.join()
