@@ -135,7 +135,12 @@ def takeaways(table):
 
 
 def _question(q: str, answer: str) -> str:
-    return f"{q}\n\n<details><summary>Answer (from your ledger)</summary>\n\n{answer}\n\n</details>\n"
+    """A question of ours and its answer, which quotes ledger names: the answer's raw HTML is escaped,
+    the ``<details>`` that hides it is the lab's own."""
+    from labkit.safe_text import markdown_no_html
+
+    return (f"{q}\n\n<details><summary>Answer (from your ledger)</summary>\n\n{markdown_no_html(answer)}\n\n"
+            "</details>\n")
 
 
 def quiz(table):
@@ -164,4 +169,6 @@ def quiz(table):
                             (", ".join(f"`{s}`" for s in outside) + ": the estimate assumed the wrong stage limits "
                              "throughput, or the step changed more than one thing.") if outside
                             else "None: every measured gain stayed at or under its estimate."))
-    return say("\n".join(qs))
+    from IPython.display import Markdown
+
+    return Markdown("\n".join(qs))  # the questions are ours; each answer was escaped in _question

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from labkit.record.nsys import TRACE
+from labkit.record.nsys import START_TRIES, TRACE, _start_race
 from labkit.env import find_nsys, reports_dir
 from labkit.errors import LabkitError, check_writable, output_tail
 from labkit.paths import check_name, nsys_output
@@ -33,6 +33,14 @@ _CONSEQUENCE = re.compile(
     r"closed by peer|reset by peer|broken pipe|connection refused|socket closed|pair closure|remote process exited|"
     r"network error|timed out|timeout|watchdog|DistBackendError|DistNetworkError|ProcessGroup\w* .*abort|"
     r"SIGTERM|SIGKILL|Signals\.|\(no log of this rank\)|\(empty stderr\)", re.IGNORECASE)
+
+
+def _all_logs(log: Path, log_dir: Path) -> str:
+    """torchrun's log and every rank's, as one text (for what nsys said when it failed)."""
+    parts = [log.read_text(errors="replace")] if log.exists() else []
+    if log_dir.is_dir():
+        parts += [f.read_text(errors="replace") for f in sorted(log_dir.rglob("*.log")) if f.is_file()]
+    return "\n".join(parts)
 
 
 class RankFailedError(LabkitError):
@@ -139,22 +147,32 @@ def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=TRACE,
             f"--log-dir={log_dir}", "--tee=3", *torchrun_args, "--no-python", *nsys_argv]
     run_env = {**os.environ, **(env or {})}
     t0 = time.monotonic()
-    with open(log, "w") as logf:
-        logf.write(f"# {shlex.join(argv)}\n")
-        logf.flush()
-        # its own process group, so that a timeout or an interrupt stops torchrun, nsys and every rank
-        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=run_env,
-                                start_new_session=True)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _stop_group(proc)
-            raise RankFailedError(f"the {nproc} ranks did not finish in {timeout_s:g} s and were stopped (a rank "
-                                  f"hung, e.g. waiting in a collective?): see the ranks' logs in {log_dir} and "
-                                  f"{log}, or raise timeout_s") from None
-        except BaseException:  # KeyboardInterrupt in a notebook: leave no rank running
-            _stop_group(proc)
-            raise
+    for attempt in range(START_TRIES):  # nsys's start-up race (sem_open) under load: start again
+        with open(log, "w" if attempt == 0 else "a") as logf:
+            logf.write(f"# {shlex.join(argv)}\n")
+            logf.flush()
+            # its own process group, so that a timeout or an interrupt stops torchrun, nsys and every rank
+            proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=run_env, start_new_session=True)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                _stop_group(proc)
+                raise RankFailedError(f"the {nproc} ranks did not finish in {timeout_s:g} s and were stopped (a rank "
+                                      f"hung, e.g. waiting in a collective?): see the ranks' logs in {log_dir} and "
+                                      f"{log}, or raise timeout_s") from None
+            except BaseException:  # KeyboardInterrupt in a notebook: leave no rank running
+                _stop_group(proc)
+                raise
+        if proc.returncode == 0 or attempt == START_TRIES - 1 or not _start_race(_all_logs(log, log_dir)):
+            break
+        with open(log, "a") as logf:
+            logf.write(f"# labkit: nsys failed to start a rank (sem_open: a start-up race of nsys under load); "
+                       f"started again ({attempt + 2} of {START_TRIES})\n")
+        for p in outdir.glob(f"{glob.escape(name)}_*.nsys-rep"):
+            if rank_from_name(p) is not None:
+                p.unlink()
+        time.sleep(0.5 * (attempt + 1))
     output = log.read_text(errors="replace")
     if proc.returncode != 0:
         listed = _failed_ranks(output)

@@ -90,6 +90,16 @@ class Recording:
     nsys: str
 
 
+START_TRIES = 3
+"""Times labkit starts nsys when it fails before its program ran with nsys 2022.4's start-up race
+(``sem_open`` in ``ProcessWaiter``: seen on the 2-core VM under load, with other nsys sessions running)."""
+
+
+def _start_race(output: str) -> bool:
+    """Whether nsys's output is its start-up race (it exits before the program ran, naming sem_open)."""
+    return "ProcessWaiter" in output and "sem_open" in output
+
+
 def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", capture_range=None,
            nsys_args: Sequence[str] = (), env: dict | None = None, overwrite: bool = False,
            progress: bool = True, nsys: str | None = None) -> Recording:
@@ -134,17 +144,27 @@ def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", captur
     with _reserve(rep, db, log, overwrite) as logf:
         logf.write(f"# {shlex.join(argv)}\n")
         logf.flush()
-        try:
-            # its own session: a terminal's Ctrl-C reaches labkit only, which hands nsys one SIGINT
-            # umask 022 for nsys and its program; nsys gets SIGTERM (it stops the program) if we die
-            proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=run_env,
-                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                    preexec_fn=child_setup(signal.SIGTERM))
-        except OSError as exc:
-            raise NsysNotFoundError(f"cannot run {exe} ({exc}): install nsys with scripts/install-nsys "
-                                    f"or set LABKIT_NSYS") from None
-        interrupted = _wait_with_progress(proc, f"nsys profile {name}", progress)
-        output = log.read_text(errors="replace")
+        for attempt in range(START_TRIES):
+            start = logf.tell()
+            try:
+                # its own session: a terminal's Ctrl-C reaches labkit only, which hands nsys one SIGINT
+                # umask 022 for nsys and its program; nsys gets SIGTERM (it stops the program) if we die
+                proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=run_env,
+                                        stdin=subprocess.DEVNULL, start_new_session=True,
+                                        preexec_fn=child_setup(signal.SIGTERM))
+            except OSError as exc:
+                raise NsysNotFoundError(f"cannot run {exe} ({exc}): install nsys with scripts/install-nsys "
+                                        f"or set LABKIT_NSYS") from None
+            interrupted = _wait_with_progress(proc, f"nsys profile {name}", progress)
+            logf.flush()
+            output = log.read_text(errors="replace")
+            if not (proc.returncode and not interrupted and _start_race(output[start:])
+                    and not (rep.exists() and rep.stat().st_size > 0)) or attempt == START_TRIES - 1:
+                break
+            logf.write(f"{_NOTE}nsys failed to start its program (sem_open: a start-up race of nsys under "
+                       f"load); started again ({attempt + 2} of {START_TRIES})\n")
+            logf.flush()
+            time.sleep(0.5 * (attempt + 1))
         _remove_stream_files(output, outdir)
         written = rep.exists() and rep.stat().st_size > 0
         if written:
