@@ -105,7 +105,10 @@ def test_int8_models_unquantized_layers_become_fp16(tmp_path):
     out = qdq_to_fp16(tmp_path / "q.onnx")
     model = onnx.load(out)
     floats = {i.name: i.data_type for i in model.graph.initializer if i.data_type in (1, 10)}
-    assert floats and set(floats.values()) == {onnx.TensorProto.FLOAT16}  # no FP32 weight or scale left
+    scales = {n.input[1] for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")}
+    assert scales and {floats[s] for s in scales} == {onnx.TensorProto.FLOAT}  # Q/DQ scales stay FP32 (issue 32)
+    rest = {k: v for k, v in floats.items() if k not in scales}
+    assert rest and set(rest.values()) == {onnx.TensorProto.FLOAT16}  # every float weight and bias in FP16
     assert [t.type.tensor_type.elem_type for t in (*model.graph.input, *model.graph.output)] == [1, 1]  # FP32 I/O
     x = rng.random((1, 3, 16, 16), dtype=np.float32)
     a = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})[0]
