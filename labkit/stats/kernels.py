@@ -83,14 +83,19 @@ def _at(stats: dict, groups: np.ndarray, key: str, fill=np.nan) -> np.ndarray:
 
 
 def _codes(frame: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
-    """One integer code per distinct row of ``frame[keys]`` and the distinct rows (index = code)."""
-    if len(keys) == 1:
-        col = frame[keys[0]]
-        codes, uniq = pd.factorize(col.astype(object) if isinstance(col.dtype, pd.CategoricalDtype) else col)
-        return codes.astype(np.int64), pd.DataFrame({keys[0]: np.asarray(uniq)})
-    codes, _ = pd.factorize(pd.MultiIndex.from_frame(frame[keys]), sort=False)
-    _, first = np.unique(codes, return_index=True)  # codes number the rows' first appearances 0, 1, ...
-    return codes.astype(np.int64), frame[keys].iloc[first].reset_index(drop=True)
+    """One integer code per distinct row of ``frame[keys]`` (numbered in order of first appearance)
+    and the distinct rows (row i = code i). Each key is factorized alone (a categorical by its
+    codes) and the codes combined, re-factorized after each key so they stay below the row count."""
+    code = None
+    for k in keys:
+        c = pd.factorize(frame[k], use_na_sentinel=False)[0].astype(np.int64)
+        code = c if code is None else pd.factorize(code * (int(c.max(initial=0)) + 1) + c)[0].astype(np.int64)
+    if code is None or not len(code):
+        return np.empty(0, dtype=np.int64), frame[keys].iloc[:0].reset_index(drop=True)
+    top = np.maximum.accumulate(code)  # codes number first appearances: a new one raises the running max
+    first = np.flatnonzero(np.r_[True, top[1:] > top[:-1]])
+    uniq = frame[keys].iloc[first].reset_index(drop=True)
+    return code, uniq.astype({k: object for k in keys if isinstance(uniq[k].dtype, pd.CategoricalDtype)})
 
 
 def _kernel_frame(rep, names: str) -> pd.DataFrame:
@@ -103,7 +108,7 @@ def _kernel_frame(rep, names: str) -> pd.DataFrame:
     k = rep.kernels
     cols = ["pid", "device_id", "stream_id", "correlation_id", "start_ns", "end_ns", "duration_ns"]
     col = "demangled" if names == "demangled" else "name"
-    df = k[cols].assign(name=np.asarray(k[col], dtype=object))
+    df = k[cols].assign(name=k[col].array)  # a categorical stays one (factorized by its codes)
     g = rep.graphs
     if len(g):
         df = pd.concat([df, g[cols].assign(name=np.asarray(g["name"], dtype=object))], ignore_index=True)
