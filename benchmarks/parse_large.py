@@ -188,7 +188,12 @@ def _stats(exe: str, reports: list[str], work: Path, out: Path, timeout: int):
         return f"failed ({p.returncode}): {p.stderr.strip()[-200:]}", None, {}
     import pandas as pd
 
-    csvs = {r: pd.read_csv(f"{out}_{r}.csv") for r in reports if Path(f"{out}_{r}.csv").exists()}
+    csvs = {}
+    for r in reports:
+        try:
+            csvs[r] = pd.read_csv(f"{out}_{r}.csv")
+        except (FileNotFoundError, pd.errors.EmptyDataError):  # no such data in the report
+            pass
     return time.perf_counter() - w0, _child_cpu() - c0, csvs
 
 
@@ -357,20 +362,23 @@ def where_time_goes(path: Path) -> str:
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "labkit", "summary", str(path), "--what",
                         "nvtx,kernels", "--csv"], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - w0
-    top = {}  # cumulative microseconds of the modules imported at the top level (no leading spaces)
+    cum, own, total = {}, 0.0, 0.0  # seconds: cumulative of pandas/numpy/pyarrow, self of labkit's modules
     for line in p.stderr.splitlines():
-        if line.startswith("import time:") and "|" in line:
-            _, cum, name = (x for x in line[len("import time:"):].split("|"))
-            if name.startswith(" ") and not name.startswith("  "):
-                top[name.strip()] = int(cum) / 1e6
-    imports = sum(top.values())
-    third = {k: v for k, v in top.items() if not k.startswith("labkit")}
-    big = sorted(third.items(), key=lambda kv: -kv[1])[:3]
-    return (f"whole process {wall:.2f} s (with -X importtime); imports {imports:.2f} s: "
-            + ", ".join(f"{k} {v:.2f} s" for k, v in big)
-            + f", labkit's own {sum(v for k, v in top.items() if k.startswith('labkit')):.2f} s (cumulative, "
-              f"third-party modules labkit imports counted there); the rest (interpreter start, reading, "
-              f"summaries, output) {wall - imports:.2f} s")
+        parts = line[len("import time:"):].split("|") if line.startswith("import time:") else []
+        if len(parts) != 3 or not parts[0].strip().isdigit():
+            continue
+        self_s, cum_s, name = int(parts[0]) / 1e6, int(parts[1]) / 1e6, parts[2]
+        if not name.startswith("  "):
+            total += cum_s  # a top-level import
+        if name.strip() in ("pandas", "numpy", "pyarrow"):
+            cum[name.strip()] = cum_s
+        if name.strip().startswith("labkit"):
+            own += self_s
+    np_alone = cum.get("numpy", 0.0) if cum.get("numpy", 0.0) > 0.0 else 0.0
+    return (f"whole process {wall:.2f} s (with -X importtime, which adds its own cost); imports {total:.2f} s: "
+            f"pandas {cum.get('pandas', 0):.2f} s (pyarrow inside it {cum.get('pyarrow', 0):.2f} s), numpy before "
+            f"it {np_alone:.2f} s, labkit's own modules {own:.2f} s; interpreter start, reading, summaries and "
+            f"output {wall - total:.2f} s")
 
 
 def small(paths: list[Path]) -> None:
