@@ -37,6 +37,12 @@ gputest (1.4M kernels, 200k ranges): warm 0.86 s against 4.63 s wall (5.4x; cpu 
 llama (1.0M kernels, 1.04M nested ranges): warm 0.92 s against 3.09 s wall (3.4x; cpu 0.90 s against
 2.92 s, 3.2x); whole processes 1.75 s against 3.38 s (1.9x; 2.0x and 2.3x in two earlier runs): the
 labkit process spends about 0.45 s importing pandas and numpy.
+With the columnar cache (2026-11-25 22:10 UTC, same box and nsys, load average 5-7, `--no-projection`),
+labkit against nsys stats, first load (empty cache) / later loads (cache filled):
+gputest: warm 5.1x / 21x wall (4.7x / 37x cpu); whole processes 1.9x / 2.8x wall (2.2x / 3.7x cpu).
+llama: warm 3.7x / 36x wall (3.5x / 31x cpu); whole processes 2.0x / 4.8x wall (1.9x / 4.7x cpu).
+Small reports (`--small`, 0.6-2.8 MB): labkit's process 0.95-1.5 s wall (0.45-0.48 s cpu) against
+nsys stats' 0.06-0.10 s; pandas' import (with pyarrow in it) and numpy's are most of it.
 Round 1 (2026-11-23 23:51 UTC, gputest shape with projection): gpu_projection 5.6 s, nvtxgpuproj
 not finished in 600 s: projection more than 107x.
 """
