@@ -1,5 +1,4 @@
-"""Many reports: one per rank of a distributed run, each a task (in this process or on Dask), their
-results together; and profiling ranks under torchrun."""
+"""Many reports: one per rank of a run, each a task (here or on Dask), results together; ranks under torchrun."""
 from labkit.api import exports
 
 __getattr__, __dir__, __all__ = exports(__name__, {
