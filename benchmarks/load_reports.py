@@ -58,10 +58,13 @@ def measure(folder: Path, count: int, scheduler: str | None, workers: int) -> di
             client = Client(scheduler if "://" in scheduler else None,
                             scheduler_file=None if "://" in scheduler else scheduler)
         else:
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                                   silence_logs=logging.ERROR)
+            import dask
+
+            with dask.config.set({"distributed.worker.profile.enabled": False}):  # as labkit's "local"
+                cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                       dashboard_address=":0", silence_logs=logging.ERROR)
             client = Client(cluster)
-        client.wait_for_workers(1)
+        client.wait_for_workers(1 if scheduler else workers)
     rss0 = proc.memory_info().rss
     t0 = time.perf_counter()
     reps = load_reports(paths, scheduler=client if client is not None else "serial")

@@ -25,6 +25,10 @@ FILE --what nvtx,kernels --csv`` against the same ``nsys stats``), best of 3 eac
 
     python benchmarks/parse_large.py [--shape both|gputest|llama] [--copies N] [--out FILE]
         [--rebuild] [--no-nsys] [--no-projection] [--nsys-timeout 600]
+    python benchmarks/parse_large.py --small EXPORT...   # whole processes on small reports, where time goes
+
+Each race runs twice: with an empty columnar cache for every labkit round (the first load of an
+export: SQLite read, Parquet written) and with the cache the first round filled (every later load).
 
 Seen on the 2-core CPU box (2026-11-24 12:40 UTC, Debian nsys 2022.4.2.1, load average 4-8 from
 other jobs; `--no-projection`), best of 3 alternating:
@@ -33,6 +37,12 @@ gputest (1.4M kernels, 200k ranges): warm 0.86 s against 4.63 s wall (5.4x; cpu 
 llama (1.0M kernels, 1.04M nested ranges): warm 0.92 s against 3.09 s wall (3.4x; cpu 0.90 s against
 2.92 s, 3.2x); whole processes 1.75 s against 3.38 s (1.9x; 2.0x and 2.3x in two earlier runs): the
 labkit process spends about 0.45 s importing pandas and numpy.
+With the columnar cache (2026-11-25 22:10 UTC, same box and nsys, load average 5-7, `--no-projection`),
+labkit against nsys stats, first load (empty cache) / later loads (cache filled):
+gputest: warm 5.1x / 21x wall (4.7x / 37x cpu); whole processes 1.9x / 2.8x wall (2.2x / 3.7x cpu).
+llama: warm 3.7x / 36x wall (3.5x / 31x cpu); whole processes 2.0x / 4.8x wall (1.9x / 4.7x cpu).
+Small reports (`--small`, 0.6-2.8 MB): labkit's process 0.95-1.5 s wall (0.45-0.48 s cpu) against
+nsys stats' 0.06-0.10 s; pandas' import (with pyarrow in it) and numpy's are most of it.
 Round 1 (2026-11-23 23:51 UTC, gputest shape with projection): gpu_projection 5.6 s, nvtxgpuproj
 not finished in 600 s: projection more than 107x.
 """
@@ -184,7 +194,12 @@ def _stats(exe: str, reports: list[str], work: Path, out: Path, timeout: int):
         return f"failed ({p.returncode}): {p.stderr.strip()[-200:]}", None, {}
     import pandas as pd
 
-    csvs = {r: pd.read_csv(f"{out}_{r}.csv") for r in reports if Path(f"{out}_{r}.csv").exists()}
+    csvs = {}
+    for r in reports:
+        try:
+            csvs[r] = pd.read_csv(f"{out}_{r}.csv")
+        except (FileNotFoundError, pd.errors.EmptyDataError):  # no such data in the report
+            pass
     return time.perf_counter() - w0, _child_cpu() - c0, csvs
 
 
@@ -257,17 +272,18 @@ def process_race(path: Path, exe: str, reports: list[str], rounds: int = 3, cold
             if cold:
                 _fresh_cache(td, k)
             env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-            w0 = time.perf_counter()
+            w0, c0 = time.perf_counter(), _child_cpu()
             p = subprocess.run([sys.executable, "-m", "labkit", "summary", str(path), "--what", "nvtx,kernels",
                                 "--csv"], capture_output=True, env=env)
-            ours.append(time.perf_counter() - w0)
+            ours.append((time.perf_counter() - w0, _child_cpu() - c0))
             if p.returncode:
                 return {"error": f"labkit summary failed: {p.stderr.decode()[-200:]}"}
-            wall, _, _ = _stats(exe, reports, work, Path(td) / f"p{k}", 600)
+            wall, cpu, _ = _stats(exe, reports, work, Path(td) / f"p{k}", 600)
             if not isinstance(wall, float):
                 return {"error": wall}
-            theirs.append(wall)
-    return {"labkit": min(ours), "nsys": min(theirs)}
+            theirs.append((wall, cpu))
+    return {"labkit": (min(w for w, _ in ours), min(c for _, c in ours)),
+            "nsys": (min(w for w, _ in theirs), min(c for _, c in theirs))}
 
 
 def run_shape(shape: str, args) -> None:
@@ -322,9 +338,11 @@ def run_shape(shape: str, args) -> None:
                 if "error" in pr:
                     print(f"process race: {pr['error']}")
                 else:
+                    (lw, lc), (nw, nc) = pr["labkit"], pr["nsys"]
                     print(f"[{shape}] whole processes from the terminal ({how}): `python -m labkit summary --what "
-                          f"nvtx,kernels --csv` {pr['labkit']:.2f} s against `nsys stats -r {','.join(reports[:2])}` "
-                          f"{pr['nsys']:.2f} s wall, best of 3: {pr['nsys'] / pr['labkit']:.1f}x faster; target >= 2x")
+                          f"nvtx,kernels --csv` {lw:.2f} s wall / {lc:.2f} s cpu against `nsys stats -r "
+                          f"{','.join(reports[:2])}` {nw:.2f} s wall / {nc:.2f} s cpu, best of 3: {nw / lw:.1f}x "
+                          f"faster (wall), {nc / lc:.1f}x (cpu); target >= 2x")
         finally:
             if keep is None:
                 os.environ.pop("LABKIT_CACHE_DIR", None)
@@ -342,6 +360,52 @@ def run_shape(shape: str, args) -> None:
           f"target >= 100x")
 
 
+def where_time_goes(path: Path) -> str:
+    """One ``python -X importtime -m labkit summary`` of ``path``: interpreter start to exit, the imports
+    of pandas (with numpy and pyarrow inside it), numpy, labkit's own modules, and the rest."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    w0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "labkit", "summary", str(path), "--what",
+                        "nvtx,kernels", "--csv"], capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - w0
+    cum, own, total = {}, 0.0, 0.0  # seconds: cumulative of pandas/numpy/pyarrow, self of labkit's modules
+    for line in p.stderr.splitlines():
+        parts = line[len("import time:"):].split("|") if line.startswith("import time:") else []
+        if len(parts) != 3 or not parts[0].strip().isdigit():
+            continue
+        self_s, cum_s, name = int(parts[0]) / 1e6, int(parts[1]) / 1e6, parts[2]
+        if not name.startswith("  "):
+            total += cum_s  # a top-level import
+        if name.strip() in ("pandas", "numpy", "pyarrow"):
+            cum[name.strip()] = cum_s
+        if name.strip().startswith("labkit"):
+            own += self_s
+    np_alone = cum.get("numpy", 0.0) if cum.get("numpy", 0.0) > 0.0 else 0.0
+    return (f"whole process {wall:.2f} s (with -X importtime, which adds its own cost); imports {total:.2f} s: "
+            f"pandas {cum.get('pandas', 0):.2f} s (pyarrow inside it {cum.get('pyarrow', 0):.2f} s), numpy before "
+            f"it {np_alone:.2f} s, labkit's own modules {own:.2f} s; interpreter start, reading, summaries and "
+            f"output {wall - total:.2f} s")
+
+
+def small(paths: list[Path]) -> None:
+    """Whole processes on small real exports: labkit summary against nsys stats, and where labkit's time goes."""
+    from labkit.env import find_nsys, nsys_version
+
+    exe = find_nsys()
+    old = (nsys_version(exe) or "").startswith(("2021", "2022"))
+    reports = ["nvtxsum", "gpukernsum"] if old else ["nvtx_sum", "cuda_gpu_kern_sum"]
+    for path in paths:
+        pr = process_race(path, exe, reports, rounds=5)
+        if "error" in pr:
+            print(f"{path.name}: {pr['error']}")
+            continue
+        (lw, lc), (nw, nc) = pr["labkit"], pr["nsys"]
+        print(f"[small] {path.name} ({path.stat().st_size / 2**20:.1f} MiB): `python -m labkit summary --what "
+              f"nvtx,kernels --csv` {lw:.2f} s wall / {lc:.2f} s cpu, `nsys stats -r {','.join(reports)}` "
+              f"{nw:.2f} s wall / {nc:.2f} s cpu (best of 5): labkit {lw / nw:.1f}x slower (wall)")
+        print(f"        {where_time_goes(path)}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", choices=("both", *SHAPES), default="both")
@@ -351,7 +415,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-nsys", action="store_true")
     ap.add_argument("--no-projection", action="store_true", help="skip gpu_projection and nvtxgpuproj (slow in nsys)")
     ap.add_argument("--nsys-timeout", type=int, default=600)
+    ap.add_argument("--small", type=Path, nargs="+", default=None,
+                    help="instead: whole processes on these small exports, and where labkit's time goes")
     args = ap.parse_args(argv)
+    if args.small:
+        small(args.small)
+        return 0
     shapes = list(SHAPES) if args.shape == "both" else [args.shape]
     if args.out and len(shapes) > 1:
         ap.error("--out needs one --shape")

@@ -9,8 +9,10 @@ or replaced file at the same path gets a cache of its own and never reads a stal
 format has a version (:data:`FORMAT`), so a labkit whose frames changed never reads old files.
 
 Only frames of at least :data:`MIN_ROWS` rows of exports of :data:`MIN_BYTES` or more are cached:
-below that, reading SQLite is quicker than importing pyarrow and computing the key. The cache is an optimisation: a cache that cannot be written (read-only,
-full disk) or read (damaged file) is skipped, and the frame comes from the export as before.
+below that, reading SQLite is quicker than importing pyarrow and computing the key. Summaries keep
+what they read this way too (:meth:`labkit.report.load.Report._derived`: NVTX durations, packed
+kernel durations). The cache is an optimisation: a cache that cannot be written (read-only, full
+disk) or read (damaged file) is skipped, and the frame comes from the export as before.
 """
 from __future__ import annotations
 
