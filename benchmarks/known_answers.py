@@ -48,6 +48,13 @@ def _fmt(x, spec=".2f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _rank(r: dict) -> str:
+    """Where the expected lever's first finding ranks, and its prediction ('-': no such finding)."""
+    if r.get("expected_rank") is None:
+        return "-"
+    return f"#{r['expected_rank']} {r['expected_pred_x']:.2f}x"
+
+
 def main(argv: list[str] | None = None) -> int:
     ka = _harness()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -85,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.json:
             print(json.dumps(row, default=str))
     with open(out / "known_answers.jsonl", "a") as fh:
-        for r in rows:
-            fh.write(json.dumps(r, default=str) + "\n")
+        fh.writelines(json.dumps(r, default=str) + "\n" for r in rows)
     if a.timing_only:
         print(f"{'program':20s} {'expected x':>10s} {'measured x':>10s} {'noise':>6s}  slow runs (s) | fix runs (s)")
         for r in rows:
@@ -94,13 +100,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"{' '.join(f'{x:.3f}' for x in r['slow_runs'])} | {' '.join(f'{x:.3f}' for x in r['fix_runs'])}")
         return 0
     head = (f"{'program':18s} {'expected':28s} {'found':15s} {'found stage':12s} {'pred x':>7s} {'meas x':>7s} "
-            f"{'noise':>6s} {'ratio':>6s} {'basis':9s} pass")
+            f"{'noise':>6s} {'ratio':>6s} {'basis':9s} pass  expected lever's rank, x")
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r['program']:18s} {(r['expected'] + ' ' + r['expected_stage']).strip():28s} {r['found']:15s} "
               f"{str(r['found_stage'])[:12]:12s} {_fmt(r['predicted_x']):>7s} {_fmt(r['measured_x']):>7s} "
-              f"{_fmt(r['noise']):>6s} {_fmt(r['ratio']):>6s} {str(r['basis'])[:9]:9s} {'PASS' if r['passed'] else 'FAIL'}")
+              f"{_fmt(r['noise']):>6s} {_fmt(r['ratio']):>6s} {str(r['basis'])[:9]:9s} "
+              f"{'PASS' if r['passed'] else 'FAIL'}  {_rank(r)}")
     print()
     for r in rows:
         if not r["passed"]:
