@@ -5,9 +5,8 @@ speed-up within 25 %, never be a bound the fix exceeds, and no finding may predi
 own window / (window - saves). The table with every figure: benchmarks/known_answers.py."""
 from __future__ import annotations
 
-import pytest
-
 import known_answers as ka
+import pytest
 
 
 def _check(name, tmp_path):

@@ -3,7 +3,8 @@ file in 4 KiB ``read`` calls and hashes for 0.5 ms. Nearly all its time is block
 ``--fix`` issues the requests from 8 threads at once.
 
 Known answer: the judgement calls the run blocked (sleeps), not compute; lever ``parallel_input``;
-about 32 x 31.5 ms / (4 x 30 ms + 32 x 1.5 ms) = 6x.
+about 32 x 31 ms / (4 x 30 ms + what the reads and hashing of 32 requests add on 2 cores) =
+7.4x measured.
 """
 import os
 import tempfile
