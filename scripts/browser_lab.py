@@ -118,13 +118,13 @@ def serve(*, mode: str = "small", reports: Path, notebook_dir: Path = jupyter_la
     (home / ".cache" / "labkit").symlink_to(Path.home() / ".cache" / "labkit")
     port, token = free_port(), os.urandom(16).hex()
     env = jupyter_lab.lab_env(mode=mode)
-    env.update(LABKIT_REPORTS=str(reports), HOME=str(home))
+    env.update(LABKIT_REPORTS=str(reports), HOME=str(home), JUPYTER_TOKEN=token)  # never on the command line
     # The app object in the page (window.jupyterapp) is how solutions are added as cells
     # without touching the file. Checkpoints go where the launcher puts them (under reports).
     extra = [f"--LabApp.user_settings_dir={tmp / 'settings'}", f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
              "--LabApp.expose_app_in_browser=True"]
     log = tmp / "jupyterlab.log"
-    argv = jupyter_lab.command(port=port, token=token, notebook_dir=notebook_dir,
+    argv = jupyter_lab.command(port=port, notebook_dir=notebook_dir,
                                checkpoints=jupyter_lab.checkpoints_dir(env), extra=extra)
     with open(log, "wb") as fh:
         proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)

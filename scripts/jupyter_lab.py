@@ -32,6 +32,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from labkit.errors import check_writable
+from labkit.paths import atomic_write
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 MODES = ("small", "full")
@@ -39,8 +42,9 @@ MODES = ("small", "full")
 
 def checkpoints_dir(env: dict | None = None) -> Path:
     """Where JupyterLab keeps its checkpoints: ``checkpoints/`` in the reports folder."""
-    reports = (os.environ if env is None else env).get("LABKIT_REPORTS") or ROOT / "reports"
-    return (ROOT / reports / "checkpoints").resolve()  # a relative LABKIT_REPORTS is the project's
+    from labkit.env import reports_dir
+
+    return (reports_dir(ROOT / "reports", env=env) / "checkpoints").resolve()  # one rule: labkit.env.reports_dir
 
 
 NO_NEWS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
@@ -55,7 +59,7 @@ def app_settings(folder: Path, default: Path | None = None) -> Path:
         from jupyterlab.commands import get_app_dir
 
         default = Path(get_app_dir()) / "settings"
-    folder.mkdir(parents=True, exist_ok=True)
+    check_writable(folder)  # a folder it creates is the lab's (make reset)
     theirs = {}
     if (default / "overrides.json").is_file():
         try:
@@ -63,21 +67,23 @@ def app_settings(folder: Path, default: Path | None = None) -> Path:
         except (OSError, ValueError):
             theirs = {}
     merged = {**theirs, **{k: {**theirs.get(k, {}), **v} for k, v in NO_NEWS.items()}}
-    (folder / "overrides.json").write_text(json.dumps(merged, indent=1) + "\n")
+    atomic_write(folder / "overrides.json", json.dumps(merged, indent=1) + "\n", overwrite=True)
     if (default / "page_config.json").is_file():
         shutil.copyfile(default / "page_config.json", folder / "page_config.json")
     return folder
 
 
-def command(*, port: int, ip: str = "127.0.0.1", token: str, notebook_dir: Path = NOTEBOOKS,
+def command(*, port: int, ip: str = "127.0.0.1", notebook_dir: Path = NOTEBOOKS,
             checkpoints: Path | None = None, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
     """The ``jupyter lab`` command line (JupyterLab of this interpreter's environment); writes
-    its application settings folder (:func:`app_settings`) beside the checkpoints."""
+    its application settings folder (:func:`app_settings`) beside the checkpoints. The token is
+    never on it (any local user reads a command line with ``ps``): the server reads it from
+    ``$JUPYTER_TOKEN`` in its environment (``/proc/PID/environ``: readable by its user only)."""
     checkpoints = checkpoints or checkpoints_dir()
     settings = app_settings(checkpoints.parent / "jupyterlab-settings")
     argv = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ip={ip}", f"--port={port}",
             "--port-retries=0",  # a taken port is an error, not a silent move to another port
-            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={notebook_dir}",
+            f"--ServerApp.root_dir={notebook_dir}",
             f"--FileCheckpoints.checkpoint_dir={checkpoints}", f"--LabApp.app_settings_dir={settings}",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -119,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     env["JUPYTER_TOKEN"] = token
     print(f"JupyterLab ({env.get('LABKIT_MODE', 'full')} mode) at: {url(port=args.port, ip=args.ip, token=token)}",
           flush=True)
-    server = subprocess.Popen(command(port=args.port, ip=args.ip, token=token, checkpoints=checkpoints_dir(env)),
+    server = subprocess.Popen(command(port=args.port, ip=args.ip, checkpoints=checkpoints_dir(env)),
                               env=env, cwd=ROOT)
     # `kill` of this launcher (SIGTERM) stops the server too, instead of leaving it orphaned
     signal.signal(signal.SIGTERM, lambda *_: server.terminate())

@@ -43,6 +43,8 @@ import tarfile
 import time
 from pathlib import Path
 
+from labkit.paths import atomic_write, hold_lock
+
 ROOT = Path(__file__).resolve().parents[1]
 MAX_STATE = 16 * 2**20
 MAX_ATTEMPTS = 2
@@ -222,6 +224,14 @@ def run_late(name: str, mode: str):
     return run_scaled(scale_out(start, recorded_options(start))[name], mode=mode)
 
 
+def _one_at_a_time(work: Path) -> int:
+    work.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return hold_lock(work.parent / f".{work.name}.lock", what=f"record_reference on {work}")
+    except Exception as exc:  # LockedError, OutputError: one line
+        raise SystemExit(f"record_reference: {exc}") from None
+
+
 def run(args) -> int:
     work, out, state_dir = args.work.resolve(), args.out.resolve(), args.state_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -229,6 +239,7 @@ def run(args) -> int:
                        "TORCHINDUCTOR_CACHE_DIR": str(work / "cache" / "inductor"), "LABKIT_MODE": args.mode})
     os.environ.pop("LABKIT_STRICT", None)  # a failed step is a ledger row, never the end of the call
     t0 = time.monotonic()
+    _lock = _one_at_a_time(work)  # noqa: F841 - held to the end: a second call at once is refused in one line
     restored = restore(state_dir, work)
     work.mkdir(parents=True, exist_ok=True)
     from labkit.bench.ledger import Ledger, not_run
@@ -254,7 +265,7 @@ def run(args) -> int:
 
     def save() -> list[str]:
         """Progress, state.tgz and keep.tgz in ``out``: what comes back if the call is killed."""
-        progress_file.write_text(json.dumps(progress, indent=1))
+        atomic_write(progress_file, json.dumps(progress, indent=1), overwrite=True)  # never half a file
         kept = write_keep(work, out)
         dropped = write_state(work, out, args.mode)
         if dropped:
@@ -311,7 +322,7 @@ def prepare(args) -> int:
     args.state_dir.mkdir(parents=True, exist_ok=True)
     (args.state_dir / "commit.json").unlink(missing_ok=True)
     info = commit_info(args.state_dir)
-    (args.state_dir / "commit.json").write_text(json.dumps(info) + "\n")
+    atomic_write(args.state_dir / "commit.json", json.dumps(info) + "\n", overwrite=True)
     print(f"record_reference: {args.state_dir / 'commit.json'}: {info}")
     return 0
 

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from labbook.settings import LEDGER, REPORTS
+from labkit.errors import check_writable
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,11 +77,11 @@ def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int,
         try:
             client.execute()
         except CellExecutionError as exc:
-            out_dir.mkdir(parents=True, exist_ok=True)
+            check_writable(out_dir)  # a folder it creates is the lab's (make reset)
             nbformat.write(nb, out_dir / path.name)
             raise NotebookError(f"run_lab: {path.name} failed (executed copy with the error: "
                                 f"{out_dir / path.name}):\n{str(exc)[-2000:]}", failures(ledger, since)) from None
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_writable(out_dir)  # a folder it creates is the lab's (make reset)
     nbformat.write(nb, out_dir / path.name)
     return time.perf_counter() - t0, failures(ledger, since)
 
@@ -109,7 +110,7 @@ def record_timing(out_dir: Path, book: str, seconds: float, mode: str) -> dict:
         timings = {}
     timings[book] = {"seconds": round(seconds, 1), "mode": mode,
                      "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_writable(out_dir)  # a folder it creates is the lab's (make reset)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(dict(sorted(timings.items())), indent=1) + "\n")
     tmp.replace(path)
