@@ -159,5 +159,28 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def stopped(exc: BaseException) -> str | None:
+    """The one line for a run stopped by Ctrl-C, SIGTERM or SIGHUP (nbclient may raise another
+    error while the kernel shuts down: the interrupt is then its cause or context); else None."""
+    while exc is not None and not isinstance(exc, KeyboardInterrupt):
+        exc = exc.__cause__ or exc.__context__
+    if exc is None:
+        return None
+    why = exc.args[0] if exc.args else "interrupted"
+    return (f"run_lab: {why}: the notebooks before it are done and in the ledger; go on with "
+            f"`python scripts/run_lab.py --from NN`")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    from labkit.record.proc import signals_as_interrupt
+
+    with signals_as_interrupt():  # SIGTERM and SIGHUP as Ctrl-C: one line, not a chained traceback
+        try:
+            code = main()
+        except BaseException as exc:  # noqa: BLE001 - an interrupt is one line; anything else as it was
+            line = stopped(exc)
+            if line is None:
+                raise
+            print(line, file=sys.stderr)
+            code = 130
+    sys.exit(code)

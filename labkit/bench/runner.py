@@ -26,7 +26,7 @@ from labkit.env import reports_dir
 from labkit.errors import check_writable, output_error, output_tail
 from labkit.paths import atomic_write
 from labkit.bench.ledger import Ledger
-from labkit.record.proc import child_setup, exit_reason, process_reason
+from labkit.record.proc import child_setup, exit_reason, process_reason, signals_as_interrupt
 from labkit.bench.results import BenchError, RESULT_FIELDS, config_of, read_results
 
 
@@ -190,8 +190,9 @@ def launch(cmd: list[str], launcher: str | None, nproc: int | None) -> list[str]
 def _run_once(argv: list[str], *, log: Path, env, timeout, step: str, what: str) -> float:
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
-                              stdin=subprocess.DEVNULL, preexec_fn=child_setup(signal.SIGKILL))
+        with signals_as_interrupt():  # SIGTERM, SIGHUP: as Ctrl-C (the run is killed, finished runs are kept)
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
+                                  stdin=subprocess.DEVNULL, preexec_fn=child_setup(signal.SIGKILL))
     except subprocess.TimeoutExpired as exc:
         out = (exc.stderr or b"")
         out = out.decode(errors="replace") if isinstance(out, bytes) else out
