@@ -74,3 +74,10 @@ def test_a_huge_string_id_is_refused_not_terabytes(tmp_path):
     db = _crafted(tmp_path, "INSERT INTO StringIds VALUES (1000000000000, 'x')")
     with pytest.raises(ReportError, match="StringIds"):
         load_report(db)
+
+
+def test_events_that_end_before_they_start_are_said(tmp_path):
+    db = _crafted(tmp_path, "UPDATE NVTX_EVENTS SET [end] = start - 5 WHERE rowid IN (1, 2)")
+    notes = load_report(db).notes
+    assert any("2 event(s) in NVTX_EVENTS end before they start" in n for n in notes), notes
+    assert not any("end before" in n for n in load_report(FIXTURE).notes)

@@ -78,7 +78,7 @@ def _kind_of(value: Any) -> str:
 
 
 def _number(value: Any) -> bool:
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
 
 
 def row_problem(row: Any) -> str | None:
@@ -242,6 +242,9 @@ class Ledger:
         if self.path.is_dir():
             raise OutputError(f"the ledger {self.path} is a folder, not a file: pass the ledger file inside it "
                               f"(e.g. {self.path / 'ledger.jsonl'}) or another path")
+        if self.path.exists() and not self.path.is_file():  # a FIFO or a device: reading it never ends
+            raise OutputError(f"the ledger {self.path} is a special file (FIFO, device or socket), not a file: pass "
+                              f"a ledger file")
         if self.path.exists() and not os.access(self.path, os.R_OK | os.W_OK):
             raise OutputError(f"the ledger {self.path} cannot be read and appended to (permission denied): fix its "
                               f"permissions (chmod u+rw) or pass another path")
