@@ -6,11 +6,13 @@ it, and returns a note (``say``) instead of raising when there is too little to 
 """
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
 import labkit
 from labkit.bench.tables import SpeedupTable, SpeedupTableError
+from labkit.paths import atomic_write
 
 from labbook.reference import speedup
 from labbook.settings import LEDGER
@@ -54,7 +56,7 @@ def write(table, path: Path):
     if not isinstance(table, SpeedupTable):
         return table
     text = table.to_markdown()
-    Path(path).write_text(text + "\n")
+    atomic_write(path, text + "\n", overwrite=True, what="speed-up table")  # the lab's own file
     return say(f"Written to `{path}`:\n\n{text}")
 
 
@@ -73,7 +75,9 @@ def figure(table, kind: str, folder: Path | None = None):
     except ValueError as e:  # e.g. no accuracy or stage columns in these rows: say so
         return say(f"No `{kind}` figure: {e}.")
     if folder is not None:
-        fig.savefig(Path(folder) / f"{kind}.png", dpi=110)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110)
+        atomic_write(Path(folder) / f"{kind}.png", buf.getvalue(), overwrite=True, what="figure")  # the lab's own
     return fig
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from labkit.errors import check_writable
+
 from labbook.settings import DATA, MODE, settings
 
 
@@ -26,7 +28,7 @@ def sample_video(mode: str = MODE, *, folder: Path = DATA) -> Path:
     video = sample_path(mode, folder=folder)
     if video.exists() and gt_path_for(video).exists():
         return video
-    video.parent.mkdir(parents=True, exist_ok=True)
+    check_writable(video.parent, what="write the sample video into")  # a folder it creates is the lab's (make reset)
     make_video(video, seconds=s.video_seconds, config=SceneConfig(seed=s.seed, width=w, height=h))
     return video
 

@@ -88,13 +88,27 @@ def nsys_version_tuple(path: str | None = None) -> tuple[int, ...] | None:
     return tuple(int(p) for p in v.split(".")) if v else None
 
 
-def reports_dir(default: str | os.PathLike = "reports") -> Path:
+def project_root() -> Path | None:
+    """The checkout labkit runs from (the folder holding its ``pyproject.toml``), or None when
+    labkit is installed elsewhere."""
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def reports_dir(default: str | os.PathLike = "reports", *, env: dict | None = None) -> Path:
     """Where runs write profiles, results and the ledger: ``$LABKIT_REPORTS``, else ``default``
     (``reports`` under the working folder; the project's scripts pass their own ``reports/``).
 
-    Read at call time, so a notebook may set the variable after importing labkit.
+    A relative ``$LABKIT_REPORTS`` is the project's (under :func:`project_root`, else the working
+    folder): the same folder from a kernel in ``notebooks/``, ``run_lab`` and ``make reset``.
+    Read at call time, so a notebook may set the variable after importing labkit; ``env``: an
+    environment to read instead of ``os.environ``.
     """
-    return Path(os.environ.get("LABKIT_REPORTS") or default)
+    value = (os.environ if env is None else env).get("LABKIT_REPORTS")
+    if not value:
+        return Path(default)
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (project_root() or Path.cwd()) / path
 
 
 def cache_dir() -> Path:

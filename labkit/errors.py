@@ -1,10 +1,19 @@
 """Exceptions shared across labkit; each module defines its specific subclasses."""
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
+import json
 import os
 import shutil
 from pathlib import Path
+
+
+MANIFEST = ".labkit-written"
+"""The file in the lab's reports folder that lists what labkit wrote or created directly in it
+(one JSON line each): ``make reset`` removes only what it lists. Kept here, beside
+:func:`check_writable`, which creates the folders it lists; :mod:`labkit.paths` writes files."""
 
 
 class LabkitError(Exception):
@@ -73,10 +82,13 @@ def check_writable(folder, *, need_bytes: int = 0, what: str = "write to") -> Pa
     """Pre-flight: create ``folder`` if needed and check that it is writable and that its disk has
     ``need_bytes`` free (an estimate). Returns the folder; raises :class:`OutputError` naming it."""
     folder = Path(folder)
+    created = [p for p in (folder, *folder.parents) if not p.exists()][::-1]
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise output_error(folder, exc, need_bytes=need_bytes, what="create") from None
+    for p in created:
+        record_written(p)
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputError(f"cannot {what} {folder}: it is not writable: fix its permissions or choose another "
                           f"folder{_from_env(folder)}")
@@ -85,3 +97,59 @@ def check_writable(folder, *, need_bytes: int = 0, what: str = "write to") -> Pa
         raise OutputError(f"cannot {what} {folder}: its disk has {_mb(free)} free and about {_mb(need_bytes)} is "
                           f"needed: free some space there, or choose another folder{_from_env(folder)}")
     return folder
+
+
+_XATTR = "user.labkit.written"
+
+
+def _stamp(st: os.stat_result) -> bytes:
+    return f"{st.st_size}:{st.st_mtime_ns}".encode()
+
+
+def record_written(path) -> None:
+    """Mark ``path`` (a file labkit just wrote, or a folder it created) as labkit's: an extended
+    attribute on it (a file's size and mtime, so an edit since makes it the user's again) and,
+    for an entry directly in the lab's reports folder, a line in that folder's :data:`MANIFEST`.
+    Best effort: a file system without user attributes only means labkit asks for overwrite."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError:
+        return
+    is_dir = path.is_dir()
+    with contextlib.suppress(OSError):
+        os.setxattr(path, _XATTR, b"folder" if is_dir else _stamp(st))
+    from labkit.env import reports_dir
+
+    with contextlib.suppress(OSError):
+        lab = reports_dir().resolve()
+        if path.parent.resolve() != lab or path.name == MANIFEST:
+            return
+        fd = os.open(lab / MANIFEST, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, (json.dumps({"name": path.name, "kind": "folder" if is_dir else "file"}) + "\n").encode())
+        finally:
+            os.close(fd)
+
+
+def written_by_labkit(path) -> bool:
+    """True when ``path`` is a folder labkit created or, unchanged since, a file labkit wrote."""
+    try:
+        value, st = os.getxattr(path, _XATTR), os.stat(path)
+    except OSError:
+        return False
+    return value == (b"folder" if Path(path).is_dir() else _stamp(st))
+
+
+def manifest_names(folder) -> set[str]:
+    """Names of the entries directly in the lab's reports ``folder`` that labkit recorded writing."""
+    try:
+        lines = (Path(folder) / MANIFEST).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return set()
+    out = set()
+    for line in lines:
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            out.add(str(json.loads(line)["name"]))
+    return out

@@ -12,30 +12,27 @@ not a readable regular file (a FIFO or a device would block or never end) in one
 
 Every file labkit writes goes through :func:`atomic_write` (a temporary file in the same
 folder, then ``rename``): a reader never sees half a file, and a file labkit did not write is
-never replaced without ``overwrite=True`` (``--overwrite``). What labkit wrote is listed in the
-folder's manifest (:data:`MANIFEST`, one JSON line per file or folder, with its size and
-mtime), which is how a later write knows the file is its own and how ``make reset`` knows what
-the lab wrote.
+never replaced without ``overwrite=True`` (``--overwrite``). What labkit wrote carries a mark
+(:func:`labkit.errors.record_written`: an extended attribute with its size and mtime, so a file
+edited since is the user's again) and, directly in the lab's reports folder, a line in its
+manifest (:data:`MANIFEST`), which is all ``make reset`` removes.
 """
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import os
 import re
 import tempfile
 from pathlib import Path
 
-from labkit.errors import LabkitError, OutputError, output_error
+from labkit.errors import (MANIFEST, LabkitError, OutputError, manifest_names, output_error, record_written,
+                           written_by_labkit)
 
 __all__ = ["NAME_MAX", "MANIFEST", "NameError_", "OutputExistsError", "check_name", "report_files", "nsys_output",
            "check_input", "atomic_write", "written_by_labkit", "record_written", "manifest_names"]
 
 NAME_MAX = 255
 """Bytes in one file name (Linux ``NAME_MAX`` on ext4, xfs, tmpfs, btrfs)."""
-MANIFEST = ".labkit-written"
-"""The file, in each folder labkit writes to, that lists what labkit wrote there."""
 REPORT_SUFFIXES = (".nsys-rep", ".sqlite", ".log")
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
@@ -112,57 +109,6 @@ def check_input(path, *, what: str = "input file") -> Path:
     return p
 
 
-def _manifest_entries(folder: Path) -> dict[str, dict]:
-    try:
-        text = (folder / MANIFEST).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return {}
-    out = {}
-    for line in text.splitlines():
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
-            entry = json.loads(line)
-            out[str(entry["name"])] = entry
-    return out
-
-
-def manifest_names(folder) -> set[str]:
-    """Names of the entries of ``folder`` that labkit recorded writing there."""
-    return set(_manifest_entries(Path(folder)))
-
-
-def record_written(path) -> None:
-    """List ``path`` (a file labkit just wrote, or a folder it created) in its folder's
-    manifest. Best effort: a manifest that cannot be written never fails the write itself."""
-    path = Path(path)
-    try:
-        st = path.stat()
-        is_dir = path.is_dir()
-        entry = {"name": path.name, "kind": "folder" if is_dir else "file"}
-        if not is_dir:
-            entry.update(size=st.st_size, mtime_ns=st.st_mtime_ns)
-        fd = os.open(path.parent / MANIFEST, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.write(fd, (json.dumps(entry) + "\n").encode())
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
-
-
-def written_by_labkit(path) -> bool:
-    """True when ``path`` is, unchanged, a file labkit wrote (its manifest entry's size and mtime)."""
-    path = Path(path)
-    entry = _manifest_entries(path.parent).get(path.name)
-    if not entry or entry.get("kind") != "file":
-        return False
-    try:
-        st = path.stat()
-    except OSError:
-        return False
-    return entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns
-
-
 def atomic_write(path, data: str | bytes, *, overwrite: bool = False, what: str = "file", mode: int = 0o644) -> Path:
     """Write ``data`` to ``path`` through a temporary file in its folder and a rename.
 
@@ -201,3 +147,27 @@ def atomic_write(path, data: str | bytes, *, overwrite: bool = False, what: str 
         raise
     record_written(path)
     return path
+
+
+class LockedError(LabkitError):
+    """Another process holds the lock: the same work is under way already."""
+
+
+def hold_lock(path, *, what: str = "this") -> int:
+    """Take the exclusive lock of ``path`` (created if needed, ``flock``) for as long as the
+    process lives or until ``os.close`` of the returned descriptor; :class:`LockedError` in one
+    line when another process holds it (two runs of one job at once would both do every step)."""
+    import fcntl
+
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise output_error(path, exc, what="create the lock file") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LockedError(f"{what} is running already (another process holds {path}): wait for it to finish, "
+                          "or stop it") from None
+    return fd

@@ -3,10 +3,14 @@
 
     python scripts/reset_lab.py [--dry-run]
 
-Removes what the lab writes in its reports folder (``$LABKIT_REPORTS``, else ``reports/``): the
-ledger, profiles, results, videos, executed notebooks, JupyterLab checkpoints and notebook 07's
-table and figures, naming each. Kept: the committed reference results (``reference/``,
-``browser/``, ``README.md``), anything else in the folder (named, left as it is), the sample
+Removes what the lab wrote in its reports folder (``$LABKIT_REPORTS``, else ``reports/``; resolved
+by ``labkit.env.reports_dir``, as the kernels and ``run_lab`` resolve it): the entries listed in
+the folder's manifest (``.labkit-written``, kept by labkit as it writes: the ledger, profiles,
+results, videos, executed notebooks, JupyterLab checkpoints and notebook 07's table and figures),
+naming each. A folder that holds anything else is refused whole (nothing removed, the strangers
+named): ``LABKIT_REPORTS`` at a folder of your own never loses your files. The project's own
+``reports/`` also takes the lab's names from before the manifest. Kept: the committed reference
+results (``reference/``, ``browser/``, ``README.md``), the sample
 clips in ``data/`` and the converted models in the cache (``$LABKIT_CACHE_DIR``, else
 ``~/.cache/labkit``), so the next `make lab` does not rebuild them. The notebooks themselves are
 not touched: ``git checkout notebooks/`` restores the lab's own copies of them.
@@ -29,19 +33,29 @@ KEPT = ("reference", "browser", "README.md")
 
 
 def reports_folder(env: dict | None = None) -> Path:
-    value = (os.environ if env is None else env).get("LABKIT_REPORTS")
-    return (ROOT / value).resolve() if value else ROOT / "reports"  # a relative LABKIT_REPORTS is the project's
+    from labkit.env import reports_dir
+
+    return reports_dir(ROOT / "reports", env=env).resolve()  # one rule, labkit's
 
 
 def plan(folder: Path) -> tuple[list[Path], list[Path]]:
-    """(what a reset removes, what it leaves) among ``folder``'s entries."""
+    """(what a reset removes, what it leaves) among ``folder``'s entries: the manifest's entries
+    (and, in the project's own reports/, the lab's names); the manifest itself goes last."""
+    from labkit.errors import MANIFEST, manifest_names
+
     if not folder.is_dir():
         return [], []
+    ours = manifest_names(folder)
+    own_folder = folder == (ROOT / "reports").resolve()
     gone, left = [], []
     for p in sorted(folder.iterdir()):
-        lab = p.name not in KEPT and any(fnmatch.fnmatch(p.name, pat) for pat in LAB_OUTPUTS)
+        if p.name in KEPT or p.name == MANIFEST:
+            continue
+        lab = p.name in ours or (own_folder and any(fnmatch.fnmatch(p.name, pat) for pat in LAB_OUTPUTS))
         (gone if lab else left).append(p)
-    return gone, [p for p in left if p.name not in KEPT]
+    if gone and (folder / MANIFEST).exists():
+        gone.append(folder / MANIFEST)
+    return gone, left
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     folder = reports_folder()
     gone, left = plan(folder)
+    if left and folder != (ROOT / "reports").resolve():
+        names = ", ".join(p.name for p in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        print(f"reset: nothing removed: {folder} (LABKIT_REPORTS) also holds what the lab did not write ({names}): "
+              f"point LABKIT_REPORTS at a folder of the lab's own, or move those out and run make reset again",
+              file=sys.stderr)
+        return 1
     for path in gone:
         print(f"reset: {'would remove' if args.dry_run else 'removing'} {path}")
         if not args.dry_run:

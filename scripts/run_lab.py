@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from labbook.settings import LEDGER, REPORTS
+from labkit.errors import check_writable
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,11 +77,11 @@ def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int,
         try:
             client.execute()
         except CellExecutionError as exc:
-            out_dir.mkdir(parents=True, exist_ok=True)
+            check_writable(out_dir)  # a folder it creates is the lab's (make reset)
             nbformat.write(nb, out_dir / path.name)
             raise NotebookError(f"run_lab: {path.name} failed (executed copy with the error: "
                                 f"{out_dir / path.name}):\n{str(exc)[-2000:]}", failures(ledger, since)) from None
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_writable(out_dir)  # a folder it creates is the lab's (make reset)
     nbformat.write(nb, out_dir / path.name)
     return time.perf_counter() - t0, failures(ledger, since)
 
@@ -109,7 +110,7 @@ def record_timing(out_dir: Path, book: str, seconds: float, mode: str) -> dict:
         timings = {}
     timings[book] = {"seconds": round(seconds, 1), "mode": mode,
                      "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_writable(out_dir)  # a folder it creates is the lab's (make reset)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(dict(sorted(timings.items())), indent=1) + "\n")
     tmp.replace(path)
@@ -158,5 +159,28 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def stopped(exc: BaseException) -> str | None:
+    """The one line for a run stopped by Ctrl-C, SIGTERM or SIGHUP (nbclient may raise another
+    error while the kernel shuts down: the interrupt is then its cause or context); else None."""
+    while exc is not None and not isinstance(exc, KeyboardInterrupt):
+        exc = exc.__cause__ or exc.__context__
+    if exc is None:
+        return None
+    why = exc.args[0] if exc.args else "interrupted"
+    return (f"run_lab: {why}: the notebooks before it are done and in the ledger; go on with "
+            f"`python scripts/run_lab.py --from NN`")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    from labkit.record.proc import signals_as_interrupt
+
+    with signals_as_interrupt():  # SIGTERM and SIGHUP as Ctrl-C: one line, not a chained traceback
+        try:
+            code = main()
+        except BaseException as exc:  # noqa: BLE001 - an interrupt is one line; anything else as it was
+            line = stopped(exc)
+            if line is None:
+                raise
+            print(line, file=sys.stderr)
+            code = 130
+    sys.exit(code)

@@ -36,10 +36,10 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from labkit.errors import OutputError, output_error
+from labkit.errors import OutputError, check_writable, output_error, record_written
 
 __all__ = ["Ledger", "LedgerWarning", "SCHEMA", "BASE_COLUMNS", "KINDS", "STATUSES", "machine_label", "flatten",
-           "not_run"]
+           "not_run", "row_problem"]
 
 SCHEMA = 1
 """Version of the row layout written by :meth:`Ledger.append`."""
@@ -64,6 +64,59 @@ def not_run(step: str, *, status: str, reason: str, config: Mapping[str, Any] | 
     if status not in ("skipped", "failed"):
         raise ValueError(f"status={status!r}: a step that did not run is 'skipped' or 'failed'")
     return {**(labels or {}), "step": step, "status": status, "reason": reason, "config": dict(config or {})}
+
+
+_NUMBER_METRICS = ("fps", "fps_ci_low", "fps_ci_high", "spread", "map50", "mota", "idf1", "hota", "repeats",
+                   "decode_ceiling_fps")
+_TEXT_FIELDS = ("name", "reason", "builds_on", "finding", "kind", "time")
+_SECTIONS = ("env", "config", "metrics", "provenance", "paths")
+
+
+def _kind_of(value: Any) -> str:
+    return "null" if value is None else {"str": "text", "int": "a number", "float": "a number", "bool": "true/false",
+                                         "list": "a list", "dict": "an object"}.get(type(value).__name__, "a value")
+
+
+def _number(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
+
+
+def row_problem(row: Any) -> str | None:
+    """What makes a decoded ledger line unusable, as ``field 'x' should be ..., not ...``; None
+    for a good row. The one schema every reader of the ledger relies on: ``step`` non-empty
+    text; ``schema`` a whole number; ``status`` one of :data:`STATUSES`; the sections (``env``,
+    ``config``, ``metrics``, ``provenance``, ``paths``) objects; text fields text; the figures
+    numbers (``stage_ms`` an object of numbers)."""
+    if not isinstance(row, dict):
+        return f"a JSON {type(row).__name__}, not an object"
+    step = row.get("step")
+    if not step:
+        return "no 'step' field"
+    if not isinstance(step, str):
+        return f"field 'step' should be text, not {_kind_of(step)}"
+    if "schema" in row and (not isinstance(row["schema"], int) or isinstance(row["schema"], bool)):
+        return f"field 'schema' should be a whole number, not {_kind_of(row['schema'])} ({row['schema']!r:.40})"
+    if row.get("status") is not None and row["status"] not in STATUSES:
+        return f"field 'status' should be one of {', '.join(STATUSES)}, not {row['status']!r:.40}"
+    for key in _SECTIONS:
+        if row.get(key) is not None and not isinstance(row[key], Mapping):
+            return f"field '{key}' should be an object, not {_kind_of(row[key])} ({row[key]!r:.40})"
+    for key in _TEXT_FIELDS:
+        if row.get(key) is not None and not isinstance(row[key], str):
+            return f"field '{key}' should be text, not {_kind_of(row[key])}"
+    if "time" in row and row["time"] is not None and pd.isna(pd.to_datetime(row["time"], utc=True, errors="coerce",
+                                                                             format="ISO8601")):
+        return f"field 'time' should be an ISO 8601 time, not {row['time']!r:.40}"
+    metrics = row.get("metrics") or {}
+    for key in _NUMBER_METRICS:
+        if key in metrics and not _number(metrics[key]):
+            return f"field 'metrics.{key}' should be a number, not {_kind_of(metrics[key])} ({metrics[key]!r:.40})"
+    for key, value in metrics.items():
+        if str(key).startswith(("latency_", "stage_ms")) or str(key).endswith("_ms"):
+            bad = [v for v in (value.values() if isinstance(value, Mapping) else [value]) if not _number(v)]
+            if bad:
+                return f"field 'metrics.{key}' should hold numbers, not {_kind_of(bad[0])} ({bad[0]!r:.40})"
+    return None
 
 
 class LedgerWarning(UserWarning):
@@ -189,14 +242,20 @@ class Ledger:
         if self.path.is_dir():
             raise OutputError(f"the ledger {self.path} is a folder, not a file: pass the ledger file inside it "
                               f"(e.g. {self.path / 'ledger.jsonl'}) or another path")
+        if self.path.exists() and not self.path.is_file():  # a FIFO or a device: reading it never ends
+            raise OutputError(f"the ledger {self.path} is a special file (FIFO, device or socket), not a file: pass "
+                              f"a ledger file")
         if self.path.exists() and not os.access(self.path, os.R_OK | os.W_OK):
             raise OutputError(f"the ledger {self.path} cannot be read and appended to (permission denied): fix its "
                               f"permissions (chmod u+rw) or pass another path")
 
     def _write_line(self, data: bytes) -> None:
         self.check()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        check_writable(self.path.parent, what="write the ledger into")
+        created = not self.path.exists()
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        if created:
+            record_written(self.path)  # the lab's file (make reset removes it)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -241,16 +300,14 @@ class Ledger:
                 continue
             try:
                 row = json.loads(raw)
-                problem = None if isinstance(row, dict) else f"a JSON {type(row).__name__}, not an object"
-                if problem is None and not row.get("step"):
-                    problem = "no 'step' field"
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                problem = f"not valid JSON: {exc}"
+                problem = row_problem(row)  # one schema: a row every reader can use, or skipped here
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+                problem = f"not valid JSON: {str(exc)[:200]}"
             if problem:
                 warnings.warn(f"{self.path}:{lineno}: corrupt ledger line skipped ({problem})",
                               LedgerWarning, stacklevel=3)
                 continue
-            if int(row.get("schema") or 0) > SCHEMA:
+            if (row.get("schema") or 0) > SCHEMA:
                 warnings.warn(f"{self.path}:{lineno}: row has schema {row['schema']}, newer than this "
                               f"labkit ({SCHEMA}); upgrade labkit to read all its fields",
                               LedgerWarning, stacklevel=3)

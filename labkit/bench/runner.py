@@ -24,8 +24,9 @@ import pandas as pd
 
 from labkit.env import reports_dir
 from labkit.errors import check_writable, output_error, output_tail
+from labkit.paths import atomic_write
 from labkit.bench.ledger import Ledger
-from labkit.record.proc import child_setup, exit_reason, process_reason
+from labkit.record.proc import child_setup, exit_reason, process_reason, signals_as_interrupt
 from labkit.bench.results import BenchError, RESULT_FIELDS, config_of, read_results
 
 
@@ -189,12 +190,13 @@ def launch(cmd: list[str], launcher: str | None, nproc: int | None) -> list[str]
 def _run_once(argv: list[str], *, log: Path, env, timeout, step: str, what: str) -> float:
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
-                              stdin=subprocess.DEVNULL, preexec_fn=child_setup(signal.SIGKILL))
+        with signals_as_interrupt():  # SIGTERM, SIGHUP: as Ctrl-C (the run is killed, finished runs are kept)
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
+                                  stdin=subprocess.DEVNULL, preexec_fn=child_setup(signal.SIGKILL))
     except subprocess.TimeoutExpired as exc:
         out = (exc.stderr or b"")
         out = out.decode(errors="replace") if isinstance(out, bytes) else out
-        log.write_text(f"# {shlex.join(argv)}\n# timed out after {timeout} s\n{out}")
+        atomic_write(log, f"# {shlex.join(argv)}\n# timed out after {timeout} s\n{out}", overwrite=True, what="log")
         raise BenchError(f"benchmark {step!r}, {what}: still running after timeout={timeout} s and was killed; "
                          f"pass a larger timeout= or fewer frames. Last lines of its stderr:\n{output_tail(out, 30)}",
                          reason=f"the application ran past timeout={timeout} s and was killed") from None
@@ -203,7 +205,7 @@ def _run_once(argv: list[str], *, log: Path, env, timeout, step: str, what: str)
     wall = time.perf_counter() - t0
     text = f"# {shlex.join(argv)}\n# exit {proc.returncode} after {wall:.2f} s\n## stdout\n{proc.stdout}\n## stderr\n{proc.stderr}"
     try:
-        log.write_text(text)
+        atomic_write(log, text, overwrite=True, what="log")
     except OSError as exc:
         raise output_error(log, exc, need_bytes=len(text)) from None
     _check_exit(proc.returncode, argv, log, step, what, proc.stderr)

@@ -198,8 +198,16 @@ def class_frame(root: Path, files: Sequence[Path]) -> pd.DataFrame:
     name two ledgers share gets the ledger's name after it); empty when every ledger is."""
     from labkit.bench.ledger import Ledger, frame_of
 
+    import warnings
+
+    from labkit.bench.ledger import LedgerWarning
+
     frames = []
     for f in files:
+        if not f.is_file():  # a FIFO or device named *.jsonl would never end: said, and left out
+            warnings.warn(f"{f}: not a regular file (FIFO, device or socket): left out of the class view",
+                          LedgerWarning, stacklevel=3)
+            continue
         df = frame_of(Ledger(f).rows())
         if df.empty:
             continue

@@ -18,7 +18,8 @@ Rules:
 - Steps keep the order in which they first appear (ledger files in sorted path order, lines in
   file order); machines likewise, unless ``machines=`` names them.
 - When a step ran several times on one machine, the **latest** row that has the metric counts:
-  greatest ``time``, ties going to the later line. Earlier rows stay in the ledger for history.
+  the one appended last (file order; a row's ``time`` is not trusted: a clock set ahead would pin
+  a stale figure). Earlier rows stay in the ledger for history.
 - Rows whose ``status`` is ``"flagged"`` (bench flags runs whose results file was not ok) are
   left out with a :class:`SpeedupWarning`, except those flagged only for lying above the decode
   ceiling (``above_decode_ceiling``): they stay, with "above decode ceiling" for a speed-up (NaN); ``"skipped"`` and ``"failed"`` rows (steps that did
@@ -47,7 +48,8 @@ from typing import Mapping, Sequence
 import pandas as pd
 
 from labkit.env import reports_dir
-from labkit.errors import LabkitError, OutputError, check_writable, output_error
+from labkit.errors import LabkitError, OutputError, check_writable, written_by_labkit
+from labkit.paths import OutputExistsError, atomic_write
 from labkit.safe_text import terminal
 from labkit.bench.ledger import Ledger, frame_of
 
@@ -194,13 +196,11 @@ def latest_rows(df: pd.DataFrame, steps: Sequence[str] | None = None) -> pd.Data
     """The latest row per (machine, step) of a ledger frame, in the frame's order, or in the
     order of ``steps`` (only those kept) when given.
 
-    Latest means greatest ``time``, ties going to the later row; a frame without ``time``
-    (or ``machine``) uses row order (one machine).
+    Latest means appended last: the frame's row order (ledger files in path order, lines in file
+    order), never the rows' ``time``, which another machine's clock wrote.
     """
     keys = ["machine", "step"] if "machine" in df.columns else ["step"]
     order = df.assign(_pos=range(len(df)))
-    by = (["time"] if "time" in df.columns else []) + ["_pos"]
-    order = order.sort_values(by, kind="stable", na_position="first")
     out = order.groupby(keys, sort=False).tail(1).sort_values("_pos").drop(columns="_pos")
     if steps is None:
         return out
@@ -419,6 +419,7 @@ def cli_table(argv: list[str]) -> int:
     p.add_argument("--machine", action="append", dest="machines", metavar="LABEL",
                    help="show only this machine (repeatable; order kept)")
     p.add_argument("--output", type=Path, help="also write the markdown to this file")
+    p.add_argument("--overwrite", action="store_true", help="replace an --output file labkit did not write")
     p.add_argument("--exercises", action="store_true", help="keep rows of kind 'exercise' (left out by default)")
     p.add_argument("--class", dest="class_dir", metavar="DIR", type=Path,
                    help="class view: every participant's *.jsonl ledger under DIR, one column per host")
@@ -427,6 +428,9 @@ def cli_table(argv: list[str]) -> int:
     try:
         if args.output:  # before anything is printed: a folder that cannot take the file is one line
             check_writable(args.output.parent, what="write the table into")
+            if args.output.exists() and not args.overwrite and not written_by_labkit(args.output):
+                raise OutputExistsError(f"{args.output} already exists and labkit did not write it: pass --overwrite "
+                                        "to replace it, or choose another --output")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             if args.class_dir is not None:
@@ -443,8 +447,8 @@ def cli_table(argv: list[str]) -> int:
     print(text)
     if args.output:
         try:
-            args.output.write_text(text + "\n")
-        except OSError as exc:
-            print(f"labkit table: {output_error(args.output, exc, what='write')}", file=sys.stderr)
+            atomic_write(args.output, text + "\n", overwrite=args.overwrite, what="table")
+        except OutputError as exc:
+            print(f"labkit table: {exc}", file=sys.stderr)
             return 1
     return 0

@@ -171,7 +171,8 @@ def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", captur
             _write_note(logf, rep, proc.returncode, interrupted)
     if interrupted == 1:
         kept = f"the report nsys finished is kept: {rep}" if written else "nsys wrote no report"
-        raise KeyboardInterrupt(f"interrupted: nsys stopped the program; {kept} (its output: {log})")
+        raise KeyboardInterrupt(f"{getattr(proc, 'stopped_by', 'interrupted')}: nsys stopped the program; {kept} "
+                                f"(its output: {log})")
     if interrupted:
         kept = f"{rep} may be incomplete" if written else "no report was kept"
         raise KeyboardInterrupt(f"interrupted again: nsys was stopped before it finished; {kept} (its output: {log})")

@@ -17,7 +17,7 @@ from pathlib import Path
 from labkit.progress import bar as progress_bar
 
 __all__ = ["child_setup", "exit_reason", "program_lines", "last_error_line", "wait_with_progress",
-           "remove_stream_files", "process_reason", "UMASK"]
+           "remove_stream_files", "process_reason", "signals_as_interrupt", "UMASK"]
 
 UMASK = 0o022
 """The umask every child runs with (nsys 2022.4 gives its program 0000: world-writable files)."""
@@ -104,6 +104,31 @@ def remove_stream_files(output: str, outdir: Path) -> None:
             path.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def signals_as_interrupt(signals=(signal.SIGTERM, signal.SIGHUP)):
+    """While labkit waits for a child: SIGTERM and SIGHUP (``kill``, a closed terminal or SSH
+    session) handled as Ctrl-C is, a ``KeyboardInterrupt`` naming the signal, so the child is
+    stopped the same way, what it finished is kept and nothing is left behind (the default
+    action killed Python at once: a 0-byte report, a .qdstrm in /tmp). A handler someone else
+    installed is left alone; outside the main thread this does nothing."""
+    import threading
+
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        def handler(signum, frame):
+            raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+        for s in signals:
+            with contextlib.suppress(ValueError, OSError):
+                if signal.getsignal(s) in (signal.SIG_DFL, None):
+                    old[s] = signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 def wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> int:
     """Wait for nsys; returns how many times it was interrupted (0, 1, 2). Ctrl-C (or a Jupyter
     interrupt) hands nsys one SIGINT, on which it stops the program and writes the report; a
@@ -113,13 +138,16 @@ def wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> in
 
     bar = progress_bar(label, enabled=progress, bar_format="{desc}: {elapsed}")  # disabled: no-ops
     interrupted, doomed, streams = 0, [], []
+    stack = contextlib.ExitStack()
+    stack.enter_context(signals_as_interrupt())  # SIGTERM, SIGHUP: as Ctrl-C
     try:
         while proc.poll() is None:
             try:
                 proc.wait(timeout=0.5)
             except subprocess.TimeoutExpired:
                 bar.refresh()
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
+                proc.stopped_by = exc.args[0] if exc.args else "interrupted"  # Ctrl-C, or the signal's name
                 interrupted += 1
                 doomed += _session(proc)
                 if interrupted == 1:
@@ -131,6 +159,7 @@ def wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> in
                 proc.kill()
     finally:
         bar.close()
+        stack.close()
     # the program runs in its own session under nsys: make sure nothing outlives an interrupted run
     if interrupted == 1:
         doomed = [p for p in doomed if "--start-agent" not in _cmdline(p)]  # it ends once the report is written

@@ -258,6 +258,9 @@ def load_report(path, *, nsys: str | None = None) -> Report:
                           f"`python -m labkit profile`, or check the path)")
     if path.is_dir():
         raise ReportError(f"{path} is a folder: pass the .nsys-rep or .sqlite file inside it")
+    if not path.is_file():  # a FIFO or a device: reading its first bytes would never end
+        raise ReportError(f"{path} is a special file (FIFO, device or socket), not a report: pass the .nsys-rep "
+                          f"or .sqlite file")
     with open(path, "rb") as f:
         head = f.read(16)
     log_path = None
@@ -313,6 +316,12 @@ def _load_tables(db: _Db, path: Path) -> Report:
         ver = meta.get("nsys_version") or "unknown"
         notes.append(f"{path.name}: no GPU activity recorded (CUDA API only): the nsys that recorded it "
                      f"({ver}) may be too old for the GPU driver; profile with a newer nsys")
+    for t in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", *_GPU_TABLES):  # crafted or damaged: said, not hidden
+        if db.has(t, "start", "end"):
+            n = int(db.scalar_rows(f"SELECT count(*) FROM [{t}] WHERE [end] < [start]", t)[0][0])
+            if n:
+                notes.append(f"{path.name}: {n:,} event(s) in {t} end before they start (a damaged or edited "
+                             f"export): their durations are negative; export it again from the .nsys-rep")
     return Report(path=path, gpu=gpu, all_threads=threads, meta=meta, notes=notes,
                   _db=db, _strings=strings, _columnar=Columnar(path))
 

@@ -96,11 +96,24 @@ class _Db:
         try:
             # immutable=1: never write, never take locks (fixtures are read-only files)
             self.con = sqlite3.connect(self.path.resolve().as_uri() + "?immutable=1", uri=True)
-            rows = self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
+            rows = self.con.execute("SELECT name, type FROM sqlite_master WHERE type IN ('table','view')").fetchall()
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise ReportError(f"{path}: not a readable SQLite export ({_first_line(exc)}); re-export it with "
                               f"`nsys export --type sqlite` or load the .nsys-rep") from None
-        self.tables = {r[0] for r in rows}
+        # nsys writes tables only: a view named like one of its tables is a crafted file (a view over
+        # a recursive CTE never ends), refused by name; SQLite's work per query is bounded besides
+        views = sorted(str(n) for n, t in rows if t == "view" and (re.fullmatch(r"[A-Z][A-Z0-9_]*", str(n))
+                                                                      or n == "StringIds"))
+        if views:
+            raise ReportError(f"{path}: {views[0]} is a view, not a table as nsys writes it: not an nsys export; "
+                              f"export it again from the .nsys-rep")
+        self.tables = {r[0] for r in rows if r[1] == "table"}
+        budget = [max(2_000_000_000, 200 * self.path.stat().st_size) // 10_000]
+
+        def bound() -> int:  # called every 10,000 SQLite steps; non-zero stops the query
+            budget[0] -= 1
+            return budget[0] < 0
+        self.con.set_progress_handler(bound, 10_000)
         self._cols: dict[str, list[str]] = {}
         self._notnull: dict[str, set[str]] = {}
         self._count: dict[str, int] = {}
@@ -228,15 +241,15 @@ def _first_line(problem, width: int = 160) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
+_NOT_INT = re.compile(r"[^0-9,-]|(?:^|,)-?(?:,|$)")
+
+
 def parse_ints(text: str) -> np.ndarray:
     """Comma-joined integers (a group_concat) as int64; ValueError where a value is not an integer
     (numpy would stop there with only a warning)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-        try:
-            return np.fromstring(text, dtype=np.int64, sep=",")
-        except DeprecationWarning:
-            raise ValueError("a value is not an integer") from None
+    if _NOT_INT.search(text):  # numpy's own check is a warning, which a warnings filter elsewhere can hide
+        raise ValueError("a value is not an integer")
+    return np.fromstring(text, dtype=np.int64, sep=",")
 
 
 def _lookup(strings: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -256,7 +269,12 @@ def _map_codes(codes: np.ndarray, table: dict[int, str]) -> np.ndarray:
 def read_strings(db: _Db) -> np.ndarray:
     """StringIds as a dense lookup array indexed by id (ids are small and dense in nsys exports)."""
     ids_vals = db.scalar_rows("SELECT id, value FROM StringIds")
+    if any(not isinstance(i, int) for i, _ in ids_vals):
+        raise db.fail("StringIds", "an id is not an integer")
     max_id = max((i for i, _ in ids_vals), default=-1)
+    if max_id > 2 * len(ids_vals) + 1_000_000 or min((i for i, _ in ids_vals), default=0) < 0:
+        raise ReportError(f"{db.path}: StringIds holds id {max_id} for {len(ids_vals):,} strings (nsys numbers them "
+                          f"densely from 0): not an nsys export; export it again from the .nsys-rep")
     strings = np.full(max_id + 1, None, dtype=object)
     if ids_vals:
         ids, vals = zip(*ids_vals)

@@ -54,11 +54,12 @@ class InteractiveTimeline:
 
         return file_html(self.figure, INLINE, title=self.figure.title.text)
 
-    def save(self, path) -> None:
-        """Write :meth:`html` to ``path``."""
-        from pathlib import Path
+    def save(self, path, *, overwrite: bool = False) -> None:
+        """Write :meth:`html` to ``path`` atomically; a file labkit did not write is replaced only
+        with ``overwrite=True`` (else OutputExistsError)."""
+        from labkit.paths import atomic_write
 
-        Path(path).write_text(self.html(), encoding="utf-8")
+        atomic_write(path, self.html(), overwrite=overwrite, what="timeline page")
 
     def _ipython_display_(self):
         # BokehJS inline with every display, so that a cell re-run after a page reload still draws

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.errors import LabkitError
+from labkit.report.window import span_of
 from labkit.style import GPU_COLORS, colour_map
 
 __all__ = ["NothingToDraw", "Row", "layout", "colours", "colour_key", "thread_labels"]
@@ -87,7 +88,9 @@ def layout(report, *, window=None, max_depth: int = 2) -> tuple[list[Row], int, 
     if window is None:
         window = (min(df["start_ns"].min() for df in frames), max(df["end_ns"].max() for df in frames)) if frames \
             else (0, 1)
-    w0, w1 = int(window[0]), max(int(window[1]), int(window[0]) + 1)
+        w0, w1 = int(window[0]), max(int(window[1]), int(window[0]) + 1)
+    else:  # checked as restrict() checks it: a reversed or empty window is a WindowError, not a blank figure
+        (w0, w1), = span_of(report, window=window)
     nv, gpu, api = (df[(df["end_ns"] >= w0) & (df["start_ns"] <= w1)] for df in (nv, gpu, api))
     rows = []
     labels = thread_labels(nv) if len(nv) else {}

@@ -183,22 +183,25 @@ def _build(report):
     return pb.Trace(packet=descriptors), events
 
 
-def to_perfetto(report, path) -> Path:
-    """Write ``report`` as a Perfetto protobuf trace to ``path`` (conventionally ``.pftrace``).
+def to_perfetto(report, path, *, overwrite: bool = False) -> Path:
+    """Write ``report`` as a Perfetto protobuf trace to ``path`` (conventionally ``.pftrace``),
+    atomically; a file labkit did not write is replaced only with ``overwrite=True``, and the
+    report's own files never.
 
-    Returns: the path written. Raises: labkit.errors.OutputError when it cannot be written.
+    Returns: the path written. Raises: labkit.errors.OutputError (OutputExistsError) when it cannot be written.
     """
     from labkit.errors import OutputError
+    from labkit.paths import atomic_write
 
     path = Path(path)
+    src = getattr(report, "path", None)
+    if src is not None and path.resolve() in {Path(src).resolve(), Path(src).resolve().with_suffix(".sqlite"),
+                                              Path(src).resolve().with_suffix(".nsys-rep")}:
+        raise OutputError(f"{path} is the report itself: pass another path (-o), e.g. "
+                          f"{Path(src).with_suffix('.pftrace')}")
     descriptors, events = _build(report)
     data = descriptors.SerializeToString() + events.SerializeToString()
-    try:
-        path.write_bytes(data)
-    except OSError as exc:
-        raise OutputError(f"cannot write the Perfetto trace {path}: {exc.strerror or exc}; pass another path "
-                          f"(-o) or free disk space") from None
-    return path
+    return atomic_write(path, data, overwrite=overwrite, what="Perfetto trace")
 
 
 def cli_export(argv: list[str]) -> int:
@@ -215,10 +218,11 @@ def cli_export(argv: list[str]) -> int:
     p.add_argument("--perfetto", action="store_true", required=True, help="the format (the only one so far)")
     p.add_argument("report")
     p.add_argument("-o", "--output", help="the trace file (default: REPORT with the suffix .pftrace)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing file labkit did not write")
     args = p.parse_args(argv)
     out = Path(args.output) if args.output else Path(args.report).with_suffix(".pftrace")
     try:
-        path = to_perfetto(load_report(args.report), out)
+        path = to_perfetto(load_report(args.report), out, overwrite=args.overwrite)
     except LabkitError as exc:
         print(f"labkit: {exc}", file=sys.stderr)
         return 1

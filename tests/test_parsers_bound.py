@@ -1,0 +1,83 @@
+"""Issue 33, parsers that validate and bound: one schema for ledger rows (a bad row is skipped
+with a warning naming line and field), "latest" by order of append, and crafted SQLite exports
+(a view over a recursive CTE, a string id of 10**12) each one ReportError naming the table, fast."""
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import warnings
+from pathlib import Path
+
+import pytest
+
+from labkit.bench.ledger import Ledger, LedgerWarning
+from labkit.bench.tables import cli_table, speedup_table
+from labkit.report.load import load_report
+from labkit.report.reader import ReportError
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "annotated.nsys2022.4.sqlite"
+GOOD = {"schema": 1, "time": "2026-11-23T01:00:00+00:00", "step": "baseline", "env": {"host": "h"},
+        "metrics": {"fps": 10.0}}
+BAD = [({"schema": "one"}, "schema"), ({"env": "laptop"}, "env"), ({"metrics": {"fps": "fast"}}, "metrics.fps"),
+       ({"step": ["a", "b"]}, "step"), ({"builds_on": ["x"]}, "builds_on"), ({"status": "great"}, "status"),
+       ({"metrics": {"stage_ms": {"infer": "slow"}}}, "metrics.stage_ms"), ({"time": "yesterday"}, "time"),
+       ({"config": [1, 2]}, "config")]
+
+
+def test_odd_ledger_rows_are_skipped_with_line_and_field(tmp_path, capsys):
+    path = tmp_path / "ledger.jsonl"
+    lines = [GOOD] + [{**GOOD, "step": "s", **bad} for bad, _ in BAD] + [{**GOOD, "step": "b2", "metrics": {"fps": 20}}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = Ledger(path).rows()
+    assert [r["step"] for r in rows] == ["baseline", "b2"]
+    messages = [str(w.message) for w in caught if w.category is LedgerWarning]
+    assert len(messages) == len(BAD)
+    for i, ((_, field), msg) in enumerate(zip(BAD, messages), start=2):
+        assert f"{path}:{i}:" in msg and f"'{field}'" in msg, msg
+    assert cli_table([str(path)]) == 0  # the table of the good rows, no traceback
+    out, err = capsys.readouterr()
+    assert "b2" in out and "2.00x" in out
+
+
+def test_latest_is_the_row_appended_last_not_the_one_stamped_latest(tmp_path):
+    led = Ledger(tmp_path / "ledger.jsonl")
+    led.append({**GOOD, "time": "2099-01-01T00:00:00+00:00", "metrics": {"fps": 5.0}})  # a clock far ahead
+    led.append({**GOOD, "metrics": {"fps": 10.0}, "time": "2026-11-24T00:00:00+00:00"})
+    led.append({**GOOD, "step": "b", "metrics": {"fps": 20.0}})
+    t = speedup_table(led.path)
+    assert float(t.values.loc["baseline"].iloc[0]) == 10.0 and float(t.speedup.loc["b"].iloc[0]) == 2.0
+
+
+def _crafted(tmp_path, *sql) -> Path:
+    db = tmp_path / "crafted.sqlite"
+    shutil.copy(FIXTURE, db)
+    con = sqlite3.connect(db, isolation_level=None)  # autocommit: each statement in the file when it returns
+    for statement in sql:
+        con.execute(statement)
+    con.close()
+    assert sqlite3.connect(db).execute("PRAGMA quick_check").fetchone()[0] == "ok"
+    return db
+
+
+def test_a_view_over_a_recursive_cte_is_refused_not_a_hang(tmp_path):
+    db = _crafted(tmp_path, "ALTER TABLE NVTX_EVENTS RENAME TO NV2",
+                  "CREATE VIEW NVTX_EVENTS AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+                  "SELECT n.* FROM NV2 n, c")
+    with pytest.raises(ReportError, match="NVTX_EVENTS is a view"):
+        load_report(db)
+
+
+def test_a_huge_string_id_is_refused_not_terabytes(tmp_path):
+    db = _crafted(tmp_path, "INSERT INTO StringIds VALUES (1000000000000, 'x')")
+    with pytest.raises(ReportError, match="StringIds"):
+        load_report(db)
+
+
+def test_events_that_end_before_they_start_are_said(tmp_path):
+    db = _crafted(tmp_path, "UPDATE NVTX_EVENTS SET [end] = start - 5 WHERE rowid IN (1, 2)")
+    notes = load_report(db).notes
+    assert any("2 event(s) in NVTX_EVENTS end before they start" in n for n in notes), notes
+    assert not any("end before" in n for n in load_report(FIXTURE).notes)
