@@ -19,9 +19,10 @@ from labkit.record.nsys import TRACE
 from labkit.report.reader import (_TID_MASK, CUDA_API_COLUMNS, GRAPH_COLUMNS, GRAPH_TABLE, KERNEL_COLUMNS,
                                   MEMCPY_COLUMNS, MEMSET_COLUMNS, NVTX_COLUMNS, OSRT_COLUMNS, PROJECTION_COLUMNS,
                                   SUMMARY_COLUMNS, SYNC_COLUMNS, ReportError, _Db, _empty, _pid, _read_cuda_api,
-                                  _read_gpu, _read_graphs, _read_kernels, _read_memcpy, _read_memset, _read_meta,
+                                  _read_gpu, _read_graphs, _read_kernels, _read_memcpy, _read_memset,
                                   _read_sync, read_strings)
 from labkit.report.columnar import Columnar
+from labkit.report.meta import _read_meta
 from labkit.report.cpu import profiled_pids, read_osrt, read_threads
 from labkit.report.nvtx import nvtx_frame_empty, read_nvtx
 

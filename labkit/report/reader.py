@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -282,37 +281,6 @@ def read_strings(db: _Db) -> np.ndarray:
     return strings
 
 
-def _read_meta(db: _Db) -> dict:
-    meta: dict = {}
-    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
-        if db.has(table, "name", "value"):
-            kv = dict(db.scalar_rows(f"SELECT name, value FROM [{table}]"))
-            meta["nsys_version"] = kv.get("EXPORT_PRODUCT_VERSION")
-            meta["schema_version"] = kv.get("EXPORT_SCHEMA_VERSION")
-            meta["export_time_utc"] = kv.get("EXPORT_TIME_UTC")
-            meta["export_source"] = kv.get("EXPORT_PARAM_INPUT_FILE") or kv.get("EXPORT_INPUT_FILE")  # 2025.3 / 2022.4
-            break
-    if db.has("TARGET_INFO_SESSION_START_TIME", "utcTime"):
-        row = db.scalar_rows("SELECT utcTime, utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
-        if row:
-            meta["capture_time_utc"], meta["capture_epoch_ns"] = row[0]
-    if db.has("ANALYSIS_DETAILS", "startTime", "stopTime", "duration"):
-        row = db.scalar_rows("SELECT startTime, stopTime, duration FROM ANALYSIS_DETAILS LIMIT 1")
-        if row:
-            meta["start_ns"], meta["stop_ns"], meta["duration_ns"] = (int(x) for x in row[0])
-    if db.has("TARGET_INFO_SYSTEM_ENV", "name", "value"):  # the profiled machine's CPU cores
-        row = db.scalar_rows("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'CpuCores' LIMIT 1")
-        if row and str(row[0][0]).isdigit() and 0 < int(row[0][0]) < 1 << 16:
-            meta["cpu_cores"] = int(row[0][0])
-    if db.has("META_DATA_CAPTURE", "name", "value"):
-        kv = db.scalar_rows("SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_0:%'")
-        d = dict(kv)
-        if "PROCESS_0:COMMAND" in d:
-            args = [v for k, v in kv if k.startswith("PROCESS_0:ARGUMENT_")]
-            meta["command"] = " ".join([d["PROCESS_0:COMMAND"], *args])
-    return meta
-
-
 def _pid(global_pid: np.ndarray) -> np.ndarray:
     return (global_pid >> 24) & _TID_MASK
 
@@ -451,7 +419,6 @@ def _read_gpu(db: _Db) -> pd.DataFrame:
         return pd.DataFrame({"device_id": pd.Series(dtype="int64"), "name": pd.Series(dtype=object)})
     rows = db.scalar_rows(f"SELECT {', '.join(f'[{c}]' for c in have)} FROM TARGET_INFO_GPU")
     return pd.DataFrame(rows, columns=[_GPU_COLS[c] for c in have])
-
 
 
 def trim_export(src, dst, start_ns: int, end_ns: int) -> Path:
