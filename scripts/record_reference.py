@@ -156,8 +156,27 @@ class Estimates:
         return (base + (self.model.get("decode_ceiling", 0.0) if ceiling else 0.0)) * self.scale()
 
 
+def _one_at_a_time(work: Path) -> int:
+    """A lock beside the work folder, held for the whole call: a second call at once is refused in one line."""
+    from labkit.paths import hold_lock
+
+    work.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return hold_lock(work.parent / f".{work.name}.lock", what=f"record_reference on {work}")
+    except Exception as exc:  # LockedError, OutputError: one line
+        raise SystemExit(f"record_reference: {exc}") from None
+
+
+def _save_json(path: Path, data) -> None:
+    """Never half a file: a temporary file and a rename (labkit.paths.atomic_write)."""
+    from labkit.paths import atomic_write
+
+    atomic_write(path, json.dumps(data, indent=1), overwrite=True)
+
+
 def run(args) -> int:
     work, out, state_dir = args.work.resolve(), args.out.resolve(), args.state_dir.resolve()
+    _lock = _one_at_a_time(work)  # noqa: F841 - held to the end of the call
     out.mkdir(parents=True, exist_ok=True)
     os.environ.update({"LABKIT_REPORTS": str(work / "reports"), "LABKIT_CACHE_DIR": str(work / "cache"),
                        "TORCHINDUCTOR_CACHE_DIR": str(work / "cache" / "inductor"), "LABKIT_MODE": args.mode})
@@ -204,7 +223,7 @@ def run(args) -> int:
 
     def save_progress() -> None:
         """Progress, ledger and results in ``out/state.tgz``: what comes back if the call is killed."""
-        progress_file.write_text(json.dumps(progress, indent=1))
+        _save_json(progress_file, progress)
         write_state(work, out, caches=False)
 
     ran = 0
@@ -249,7 +268,7 @@ def run(args) -> int:
                   f"{' (' + why + ')' if why else ''}")
 
     remaining = [s for s in plan if s not in progress["done"]]
-    progress_file.write_text(json.dumps(progress, indent=1))
+    _save_json(progress_file, progress)
     kept = write_keep(work, out)
     dropped = write_state(work, out)
     if dropped:
@@ -262,7 +281,7 @@ def run(args) -> int:
     measured = time.monotonic() - t0
     progress["call_minutes"].append({"call": progress["calls"], "modelled": round(modelled / 60, 2),
                                      "measured": round(measured / 60, 2)})
-    progress_file.write_text(json.dumps(progress, indent=1))
+    _save_json(progress_file, progress)
     write_state(work, out)
     _log(out, f"call {progress['calls']}: modelled {modelled / 60:.2f} min, measured {measured / 60:.2f} min "
               f"({machine.name} model)")
@@ -295,7 +314,7 @@ def prepare(args) -> int:
     args.state_dir.mkdir(parents=True, exist_ok=True)
     (args.state_dir / "commit.json").unlink(missing_ok=True)
     info = commit_info(args.state_dir)
-    (args.state_dir / "commit.json").write_text(json.dumps(info) + "\n")
+    _save_json(args.state_dir / "commit.json", info)
     print(f"record_reference: {args.state_dir / 'commit.json'}: {info}")
     return 0
 
