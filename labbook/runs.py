@@ -59,7 +59,7 @@ def run_plan(plan: Plan, *, profile: bool = True, env: Mapping[str, str] | None 
     t0 = time.monotonic()
     try:
         result = bench.run(app_argv(options), step=plan.name, repeats=s.repeats, warmup=None, profile=profile,
-                           ledger=led, results_dir=RESULTS, profile_dir=PROFILES, env=env, progress=False,
+                           ledger=led, results_dir=RESULTS, profile_dir=PROFILES, env=env, progress=True,
                            capture_range=capture_range(flags), config=options, labels=labels, mode=plan.mode)
     except LabkitError as e:
         line.update(f"`{plan.name}`: failed after {time.monotonic() - t0:.0f} s.")
@@ -88,7 +88,7 @@ def run_scaled(step: Step, *, mode: str = MODE) -> Outcome:
         led.append(not_run(step.name, status="skipped", reason=why, config=flags, labels=labels))
         return Outcome(step.name, "skipped", why, **done)
     common = dict(step=step.name, warmup=None, config=flags, labels=labels, ledger=led, results_dir=RESULTS,
-                  progress=False, mode=mode)
+                  progress=True, mode=mode)
     try:
         if "processes" in step.launch:
             result = bench.run_parallel(app_argv(flags), processes=step.launch["processes"], **common)
@@ -169,6 +169,6 @@ def sweep(builds_on: str, option: str, values, *, step: str, mode: str = MODE, f
     t0 = time.monotonic()
     out = bench.sweep(lambda v: app_argv({**options, option: v}), option, list(values), step=step,
                       config=options, repeats=s.repeats, warmup=None, ledger=LEDGER, results_dir=RESULTS,
-                      progress=False, on_error="raise" if strict() else "record", labels=labels, mode=mode)
+                      progress=True, on_error="raise" if strict() else "record", labels=labels, mode=mode)
     line.update(f"sweep of `{option}` over {list(values)}: done in {time.monotonic() - t0:.0f} s.")
     return out

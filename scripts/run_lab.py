@@ -16,10 +16,16 @@ fails does not stop its notebook: it is a ledger row with ``status: "failed"`` a
 the failed steps of this run, read from the ledger, are listed at the end and the exit status
 is 1. Seconds per notebook are kept in ``<out>/timings.json`` (merged across runs, one entry per
 notebook: its latest run).
+
+The learner's guesses: a notebook's guess cell (``MY_GUESS = None``) is tagged ``parameters``, as
+papermill does it; headless, this script puts a cell tagged ``injected-parameters`` after it that
+sets the guess (``--guess``, default 1.5; ``--guess none`` leaves the notebook's None), so the path
+with a guess (its ledger row, the verdict beside it) runs too.
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime
 import json
 import os
@@ -39,6 +45,46 @@ def lab_notebooks(folder: Path = ROOT / "notebooks") -> list[Path]:
     return sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb") if "solution" not in p.name.lower())
 
 
+GUESS = 1.5
+"""The speed-up a headless run guesses for every guess cell (``--guess``)."""
+GUESS_NAME = "MY_GUESS"
+
+
+def inject_parameters(nb, values: dict) -> int:
+    """Papermill's convention on an nbformat notebook: after each code cell tagged ``parameters``,
+    a code cell tagged ``injected-parameters`` that assigns those of ``values`` (name -> value) the
+    parameters cell itself assigns; a value of None is left out. Returns the cells inserted."""
+    import nbformat
+
+    added = 0
+    for i in reversed(range(len(nb.cells))):
+        cell = nb.cells[i]
+        if cell.cell_type != "code" or "parameters" not in cell.metadata.get("tags", []):
+            continue
+        names = {t.id for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
+                 for t in node.targets if isinstance(t, ast.Name)}
+        lines = [f"{k} = {v!r}" for k, v in values.items() if k in names and v is not None]
+        if lines:
+            new = nbformat.v4.new_code_cell("# injected by scripts/run_lab.py (a headless run's parameters)\n"
+                                            + "\n".join(lines), metadata={"tags": ["injected-parameters"]})
+            nb.cells.insert(i + 1, new)
+            added += 1
+    return added
+
+
+def parse_guess(text: str) -> float | None:
+    """``--guess``: a positive number of times, or ``none`` (the notebooks' own None)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"--guess {text}: give a positive speed-up such as 1.5, or none")
+    return value
+
+
 class NotebookError(Exception):
     """A cell raised; carries the message and the steps that had failed before it."""
 
@@ -55,9 +101,10 @@ def report_failures(failed: dict[str, tuple[str, str]]) -> None:
 
 
 def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int,
-                 ledger: Path = LEDGER) -> tuple[float, dict[str, str]]:
-    """Execute one notebook with its folder as working dir; returns seconds taken and the steps
-    that failed in it (their ledger rows, see :func:`failures`)."""
+                 ledger: Path = LEDGER, guess: float | None = GUESS) -> tuple[float, dict[str, str]]:
+    """Execute one notebook with its folder as working dir (``guess`` injected into its guess
+    cells, :func:`inject_parameters`); returns seconds taken and the steps that failed in it
+    (their ledger rows, see :func:`failures`)."""
     import nbformat
     import pandas as pd
     from nbclient import NotebookClient
@@ -65,6 +112,7 @@ def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int,
     from traitlets.config import Config
 
     nb = nbformat.read(path, as_version=4)
+    inject_parameters(nb, {GUESS_NAME: guess})
     os.environ["LABKIT_MODE"] = mode
     since = pd.Timestamp.now(tz="UTC")
     t0 = time.perf_counter()
@@ -128,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=reports / "notebooks",
                    help="where the executed copies go (default: $LABKIT_REPORTS/notebooks, else reports/notebooks)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
+    p.add_argument("--guess", type=parse_guess, default=GUESS,
+                   help=f"the speed-up set in each guess cell (default {GUESS}); 'none' leaves the cells' None")
     args = p.parse_args(argv)
     books = [b for b in lab_notebooks() if b.name.startswith(args.only)]
     if args.start:
@@ -142,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     for book in books:
         print(f"run_lab: {book.name} (mode {args.mode}) ...", flush=True)
         try:
-            dt, bad = run_notebook(book, args.out, mode=args.mode, timeout=args.timeout)
+            dt, bad = run_notebook(book, args.out, mode=args.mode, timeout=args.timeout, guess=args.guess)
         except NotebookError as exc:
             failed.update({step: (book.name, why) for step, why in exc.failed.items()})
             report_failures(failed)

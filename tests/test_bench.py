@@ -81,11 +81,16 @@ def test_run_medians_spread_and_files(app, tmp_path):
     assert all((tmp_path / "res" / f"base.r{i}.log").exists() for i in (1, 2, 3))
     assert r.config == {"counter": str(tmp_path / "counter"), "frames": 20, "fps_seq": "10,12,11", "warmup": 4}
     assert "11.0 frames/s" in str(r)
+    # the run's own noise as the figures have it: its interval where it has one, else its spread; never
+    # "spread 0.0 %" for one run (issue 31)
+    ci = "fps_ci_low" in r.metrics and math.isfinite(r.metrics["fps_ci_low"])
+    assert ("95 % interval" if ci else "spread 18.2%") in str(r), str(r)
 
 
 def test_run_keeps_a_warmup_flag_already_given(app, tmp_path):
     r = bench.run(app + ["--warmup", "7"], step="s", repeats=1, warmup=4, results_dir=tmp_path, progress=False)
     assert json.loads(r.results_paths[0].read_text())["warmup"] == 7
+    assert "spread 0.0%" not in str(r), str(r)
 
 
 def test_failed_run_raises_with_stderr_tail(app, tmp_path):
@@ -216,3 +221,17 @@ def test_profiled_run_failure_shows_the_app_output(app, tmp_path):
     with pytest.raises(BenchError, match=r"(?s)benchmark 'p', profiled run: .*CUDA out of memory \(pretend\)"):
         bench.run(app + ["--fail"], step="p", repeats=1, profile=True, results_dir=tmp_path,
                   profile_dir=tmp_path, progress=False)
+
+
+def test_a_result_names_its_interval_not_a_spread_of_one_run():
+    """One measured run with its interval over batches (small mode): the line quotes the interval,
+    never "spread 0.0%" beside it (issue 31); without one it says there is no spread."""
+    import pandas as pd
+
+    metrics = {"fps": 98.0, "spread": 0.0, "repeats": 1, "fps_ci_low": 76.035, "fps_ci_high": 124.7636}
+    r = bench.Result(step="interval4", name="n", command=("app",), config={}, repeats=pd.DataFrame({"fps": [98.0]}),
+                     metrics=metrics, profile=None, flags=(), labels={})
+    assert "98.0 frames/s median of 1 runs, 95 % interval 76.0-124.8 frames/s," in str(r) and "spread" not in str(r)
+    alone = bench.Result(step="s", name="n", command=("app",), config={}, repeats=pd.DataFrame({"fps": [98.0]}),
+                         metrics={"fps": 98.0, "spread": 0.0, "repeats": 1}, profile=None, flags=(), labels={})
+    assert "one measured run: no spread" in str(alone), str(alone)

@@ -139,6 +139,8 @@ def test_predicted_vs_measured_bars_and_bounds(tmp_path):
     ticks = ax.collections[0].get_offsets()  # the predicted bounds: only steps that had one
     assert ticks[:, 1].round(2).tolist() == [1.18, 1.25]
     assert [t.get_text() for t in ax.get_xticklabels()][0] == "queues\n(on baseline)"
+    # every prediction is an estimate (an upper bound only where its basis says so): never "bound" on the chart
+    assert "estimate" in [t.get_text() for t in ax.get_legend().get_texts()] and "bound" not in ax.get_title()
 
 
 def test_predicted_vs_measured_within_bound_is_green(tmp_path):

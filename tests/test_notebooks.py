@@ -165,3 +165,38 @@ def test_exercises_have_a_solution_and_an_expected_result(name):
     assert "**Expected**" in text and "CPU VM" in text  # the machine the expected figures come from
     if name != "00_":
         assert any("lab.next_lever(" in src for src in _cells(name, "code"))  # the closing lever is computed
+
+
+def test_run_lab_injects_a_guess_after_each_guess_cell_and_progress_stays_off_stderr(tmp_path):
+    """A real kernel: run_lab sets the guess cell's name after it (papermill's ``parameters`` tag),
+    ``--guess none`` leaves the notebook's None; labkit's progress bar (as labbook's steps show it)
+    is a widget with the time left, never a line on stderr."""
+    import nbformat
+
+    guess = nbformat.v4.new_code_cell("MY_GUESS = None  # your guess", metadata={"tags": ["parameters"]})
+    bar = ("from labkit.progress import bar\nimport time\nwith bar('bench step', total=2, unit='run') as b:\n"
+           "    for _ in range(2):\n        time.sleep(0.2); b.update()\nprint('done')")
+    nb = nbformat.v4.new_notebook(cells=[guess, nbformat.v4.new_code_cell("print('guess', MY_GUESS)"),
+                                         nbformat.v4.new_code_cell(bar)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "g.ipynb")
+    script = (
+        "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); from run_lab import *\n"
+        "folder = Path(sys.argv[2])\n"
+        "for g, out in ((2.5, 'a'), (None, 'b')):\n"
+        "    run_notebook(folder / 'g.ipynb', folder / out, mode='small', timeout=120, ledger=folder / 'l.jsonl',\n"
+        "                 guess=g)\n")
+    out = subprocess.run([sys.executable, "-c", script, str(ROOT / "scripts"), str(tmp_path)], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    a = nbformat.read(tmp_path / "a" / "g.ipynb", as_version=4)
+    assert a.cells[1].metadata["tags"] == ["injected-parameters"] and "MY_GUESS = 2.5" in a.cells[1].source
+    assert a.cells[2].outputs[0]["text"] == "guess 2.5\n"
+    b = nbformat.read(tmp_path / "b" / "g.ipynb", as_version=4)
+    assert len(b.cells) == 3 and b.cells[1].outputs[0]["text"] == "guess None\n"
+    shown = a.cells[3].outputs
+    assert not [o for o in shown if o.get("name") == "stderr"], shown
+    widget = [o for o in shown if o["output_type"] == "display_data"]
+    assert widget and "application/vnd.jupyter.widget-view+json" in widget[0]["data"], shown
+    assert "<" in widget[0]["data"]["text/plain"], widget  # tqdm's [elapsed<remaining]
+    assert shown[-1].get("text") == "done\n"

@@ -186,7 +186,7 @@ def predictions(table: SpeedupTable, machine: str | None = None) -> pd.DataFrame
         table: a speed-up table with ``builds_on`` (``labkit.speedup_table``); its ``rows`` carry
             the ledger's ``predicted_speedup`` where a step was run under a prediction.
         machine: one of ``table.machines`` (default: the first).
-    Returns: index ``step``; columns ``builds_on``, ``predicted`` (the upper bound the step ran
+    Returns: index ``step``; columns ``builds_on``, ``predicted`` (the estimate the step ran
     under, NaN where none), ``measured`` (its metric over the step it builds on), ``within``
     (measured <= predicted; NA without a prediction). Steps without a measured gain are left out.
     """
@@ -207,10 +207,10 @@ def predictions(table: SpeedupTable, machine: str | None = None) -> pd.DataFrame
 
 
 def predicted_vs_measured(table: SpeedupTable, *, machine: str | None = None, title: str | None = None):
-    """Measured speed-up of each step over the step it builds on (bars), with the predicted
-    upper bound it ran under (a black tick; none where the step had no prediction).
+    """Measured speed-up of each step over the step it builds on (bars), with the estimate
+    it ran under (a black tick; none where the step had no estimate).
 
-    A bar above its tick beat the bound: the prediction's model of the pipeline was wrong. The
+    A bar above its tick measured more than its estimate: the estimate's assumptions missed a gain. The
     dashed line marks 1x (no gain over the step built on). Raises ValueError when no step has a
     measured gain over a step it builds on (a ledger with the baseline only).
     """
@@ -227,13 +227,13 @@ def predicted_vs_measured(table: SpeedupTable, *, machine: str | None = None, ti
                     xytext=(0, 2), textcoords="offset points")
     has = p["predicted"].notna()
     ax.scatter([x for x, h in zip(xs, has) if h], p["predicted"][has], marker="_", s=900, color="black",
-               linewidths=2.5, zorder=3, label="predicted bound")
+               linewidths=2.5, zorder=3, label="estimate")
     ax.axhline(1.0, color="0.3", lw=1, ls="--")
     crowded = len(p) > 4
     ax.set_xticks(xs, [_m(f"{s}\n(on {b})" if isinstance(b, str) else s) for s, b in zip(p.index, p["builds_on"])],
                   rotation=20 if crowded else 0, ha="right" if crowded else "center", fontsize=8)
     ax.set_ylabel(f"{table.metric} over the step built on")
-    ax.set_title(title or "Predicted bound against measured speed-up, per step")
+    ax.set_title(title or "Estimate against measured speed-up, per step")
     ax.margins(y=0.12)
     ax.legend(fontsize=8)
     return fig

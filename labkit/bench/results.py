@@ -229,7 +229,14 @@ class Result:
         flag = "" if self.ok else f"  FLAGGED: {'; '.join(self.flags)}"
         how = (f"summed over {self.metrics['processes']} processes" if "processes" in self.metrics
                else f"median of {self.metrics.get('repeats')} runs")
-        return (f"{self.step} ({self.name}): {self.fps:.1f} frames/s {how}, spread {self.spread:.1%}, "
+        lo, hi = self.metrics.get("fps_ci_low"), self.metrics.get("fps_ci_high")
+        if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
+            noise = f"95 % interval {lo:.1f}-{hi:.1f} frames/s"  # the interval, not a spread of one run
+        elif (self.metrics.get("repeats") or 0) < 2 and "processes" not in self.metrics:
+            noise = "one measured run: no spread"
+        else:
+            noise = f"spread {self.spread:.1%}"
+        return (f"{self.step} ({self.name}): {self.fps:.1f} frames/s {how}, {noise}, "
                 f"latency p50 {self.latency_p50_ms:.1f} ms, p99 {self.latency_p99_ms:.1f} ms{flag}")
 
 

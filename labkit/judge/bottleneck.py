@@ -145,15 +145,15 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     copy_frac = busy_in(cs, ce, w0, w1) / wall_ns
     wall_ms = wall_ns / 1e6
     copies = f"; copies kept the copy engines busy {copy_frac:.0%} (apart: not GPU busy)" if copy_frac else ""
+    sm = f"SM busy {gpu_frac:.0%}" if (gpu_frac or copy_frac) else "no GPU work"
     if len(per) == 0:
         return Bottleneck("Only waiting ranges or envelopes were found; no stage did measurable work"
-                          f" (SM busy {gpu_frac:.0%}{copies}).", None, None, None,
+                          f" ({sm}{copies}).", None, None, None,
                           0.0, 0.0, wall_ms, gpu_frac, table, copy_frac, False)
     top_tid = busy.idxmax()
     frac = float(busy.max() / wall_ns)
     row = per[per["global_tid"] == top_tid].iloc[0]
     gpu_bound = gpu_frac > frac and gpu_frac >= copy_frac
-    sm = f"SM busy {gpu_frac:.0%}" if (gpu_frac or copy_frac) else "no GPU work"
     if copy_frac > max(frac, gpu_frac):
         sentence = (f"Copies bound throughput: the copy engines were busy {copy_frac:.0%} of {wall_ms:.1f} ms, more "
                     f"than the SMs ({gpu_frac:.0%}) or any thread (busiest: {row['thread']} at {frac:.0%}, mostly "

@@ -1,0 +1,128 @@
+"""The committed notebooks' own text (issue 31): an estimate is never called a bound, and every
+computed sentence is displayed. Reads the sources only (no kernel), so it runs in every CI job.
+
+Rule 1 (markdown cells, and the instructor notes in notebooks/README.md): a sentence that speaks
+of a prediction (``predict``, ``estimat``, ``advice``, ``predicted_speedup``) never gives it a
+limit's words (``upper bound``, ``at most``, ``the most it can``, ``predicted bound``, ``bound
+on``/``bound for``), unless the same sentence names the ``basis`` that marks the rows that are true
+bounds. Sentences are split at ``.``, ``!``, ``?`` or ``;`` followed by white space.
+
+Rule 2 (code cells): each call of a helper that returns a displayable sentence (``lab.say``,
+``lab.verdict``, ``lab.advice``, ``lab.compare``, ``lab.next_lever``) is shown: it is the value of
+the cell's last statement (an expression; a conditional expression of such calls counts), or an
+argument of ``display(...)``, or the body of a ``lambda`` (its value goes back to the helper that
+calls it, as ``lab.evidence.lever`` does). Anywhere else Jupyter computes it and drops it.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+SENTENCE_HELPERS = {"say", "verdict", "advice", "compare", "next_lever"}
+PREDICTION = re.compile(r"predict|estimat|\badvice\b|predicted_speedup", re.I)
+LIMIT = re.compile(r"upper bound|\bat most\b|the most it can|predicted bound|\bbound (?:on|for)\b", re.I)
+QUALIFIED = re.compile(r"\bbasis\b", re.I)
+
+
+def sentences(markdown: str) -> list[str]:
+    return [s for s in re.split(r"(?<=[.!?;])\s+", " ".join(markdown.split())) if s]
+
+
+def bound_on_estimate(markdown: str) -> list[str]:
+    """Rule 1: the sentences of ``markdown`` that call a prediction a bound without its basis."""
+    return [s for s in sentences(markdown) if PREDICTION.search(s) and LIMIT.search(s) and not QUALIFIED.search(s)]
+
+
+def python_of(source: str) -> str:
+    """A cell's source as plain Python (IPython's own transform: ``%magics``, ``!shell``)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(source)
+
+
+def _is_helper(n) -> bool:
+    return (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+            and n.func.value.id == "lab" and n.func.attr in SENTENCE_HELPERS)
+
+
+def _helper_calls(node) -> list[ast.Call]:
+    return [n for n in ast.walk(node) if _is_helper(n)]
+
+
+def _shown_value(expr) -> list[ast.Call]:
+    """The helper calls whose value the expression is (itself, or either branch of ``a if c else b``)."""
+    if isinstance(expr, ast.IfExp):
+        return _shown_value(expr.body) + _shown_value(expr.orelse)
+    return [expr] if _is_helper(expr) else []
+
+
+def hidden_sentences(source: str) -> list[str]:
+    """Rule 2: the sentence-helper calls of a code cell whose value is never displayed."""
+    tree = ast.parse(python_of(source))
+    shown = set()
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        shown.update(map(id, _shown_value(tree.body[-1].value)))
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "display":
+            shown.update(id(a) for a in n.args if _is_helper(a))
+        if isinstance(n, ast.Lambda) and _is_helper(n.body):
+            shown.add(id(n.body))
+    return [ast.unparse(c)[:80] for c in _helper_calls(tree) if id(c) not in shown]
+
+
+def test_the_rules_catch_what_they_name():
+    """Each rule on small texts, so that the checks on the notebooks below can fail."""
+    assert bound_on_estimate("The profile predicts the most it can gain. Then it runs.")
+    assert bound_on_estimate("What the profile predicts the next change can gain at most.")
+    assert not bound_on_estimate("An estimate of the gain, or an upper bound where its `basis` says \"bound\".")
+    assert not bound_on_estimate("Bounded queues; the estimate comes later. A stage can save at most its share.")
+    assert hidden_sentences("if ok:\n    lab.say('x')") == ["lab.say('x')"]
+    assert hidden_sentences("lab.say('x')\nframe") == ["lab.say('x')"]
+    assert hidden_sentences("lab.say(f'{lab.verdict(s)}')") == ["lab.verdict(s)"]
+    assert hidden_sentences("%matplotlib inline\nx = 1\nlab.say('a') if x else lab.say('b')") == []
+    assert hidden_sentences("if ok:\n    display(lab.say('x'))\nlab.verdict('s')") == []
+    assert hidden_sentences("show(lambda: lab.compare(a, 'b'))") == []
+
+
+@pytest.mark.parametrize("book", BOOKS, ids=[b.name[:2] for b in BOOKS])
+def test_no_estimate_is_called_a_bound(book):
+    nb = nbformat.read(book, as_version=4)
+    bad = [(i, s) for i, c in enumerate(nb.cells) if c.cell_type == "markdown" for s in bound_on_estimate(c.source)]
+    assert not bad, "\n".join(f"{book.name} c{i}: {s}" for i, s in bad)
+
+
+def test_instructor_notes_call_no_estimate_a_bound():
+    bad = bound_on_estimate((ROOT / "notebooks" / "README.md").read_text())
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("book", BOOKS, ids=[b.name[:2] for b in BOOKS])
+def test_every_computed_sentence_is_displayed(book):
+    nb = nbformat.read(book, as_version=4)
+    bad = [(i, s) for i, c in enumerate(nb.cells) if c.cell_type == "code" for s in hidden_sentences(c.source)]
+    assert not bad, "\n".join(f"{book.name} c{i}: {s}" for i, s in bad)
+
+
+def test_every_sentence_helper_is_a_lab_name():
+    import labbook
+
+    assert all(callable(getattr(labbook, name, None)) for name in SENTENCE_HELPERS)
+
+
+def test_guess_cells_hold_no_number_and_are_parameters():
+    """Predict, then measure: a guess cell leaves the guess to the learner (None, no number typed
+    in for them) and is tagged ``parameters``, where scripts/run_lab.py injects a headless guess."""
+    cells = [(b.name, c) for b in BOOKS for c in nbformat.read(b, as_version=4).cells if c.cell_type == "code"
+             and re.search(r"^MY_GUESS\s*=", c.source, re.M)]
+    assert cells, "no guess cell in the lab"
+    for name, c in cells:
+        values = [n.value for n in ast.parse(python_of(c.source)).body if isinstance(n, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == "MY_GUESS" for t in n.targets)]
+        assert all(isinstance(v, ast.Constant) and v.value is None for v in values), (name, c.source)
+        assert "parameters" in c.metadata.get("tags", []), (name, c.metadata)
