@@ -82,7 +82,7 @@ doctor: $(STAMP)
 # profiles, results, videos and executed notebooks under $LABKIT_REPORTS (default reports/),
 # naming each; committed reference results stay. DRY_RUN=1 only lists them.
 reset:
-	@$(PYTHON) scripts/reset_lab.py $(if $(DRY_RUN),--dry-run)
+	@PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(PYTHON) scripts/reset_lab.py $(if $(DRY_RUN),--dry-run)
 
 clean-reports: reset
 

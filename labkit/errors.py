@@ -90,7 +90,12 @@ def check_writable(folder, *, need_bytes: int = 0, what: str = "write to") -> Pa
     for p in created:
         record_written(p)
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot {what} {folder}: it is not writable: fix its permissions or choose another "
+        try:
+            ro = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        except OSError:
+            ro = False
+        why = " (Read-only file system)" if ro else ""
+        raise OutputError(f"cannot {what} {folder}: it is not writable{why}: fix its permissions or choose another "
                           f"folder{_from_env(folder)}")
     free = _free(folder)
     if free is not None and free < need_bytes:

@@ -179,7 +179,7 @@ def test_ledger_append_on_a_full_disk_is_one_error_and_leaves_the_file_as_it_was
 
 def test_ledger_append_in_a_read_only_folder_is_one_error(mount):
     disk = mount("64k", ro=True)
-    with pytest.raises(OutputError, match=rf"{disk} is not writable \(Read-only file system\)"):
+    with pytest.raises(OutputError, match=rf"{disk}: it is not writable \(Read-only file system\)"):
         Ledger(disk / "ledger.jsonl").append({"step": "baseline", "env": {"host": "h"}})
 
 

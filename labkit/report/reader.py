@@ -78,6 +78,12 @@ PROJECTION_COLUMNS = ["name", "domain", "style", "start_ns", "end_ns", "duration
 _TID_MASK = 0xFFFFFF
 
 
+_NSYS_NAME = re.compile(r"(CUPTI_|NVTX_|OSRT_|TARGET_INFO_|META_DATA_|EXPORT_META|ANALYSIS_|ENUM_|CUDA_|PROFILER_|"
+                        r"SCHED_|COMPOSITE_|GENERIC_|MPI_|PROCESSES$|StringIds$|ThreadNames$|ProcessStreams$)")
+"""Names nsys gives its tables: a view of such a name is a crafted file; other views (a user's own, as
+in real exports by others) are left alone, never read."""
+
+
 def _empty(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="object" if c in _TEXT_COLUMNS else "int64") for c in columns})
 
@@ -101,8 +107,7 @@ class _Db:
                               f"`nsys export --type sqlite` or load the .nsys-rep") from None
         # nsys writes tables only: a view named like one of its tables is a crafted file (a view over
         # a recursive CTE never ends), refused by name; SQLite's work per query is bounded besides
-        views = sorted(str(n) for n, t in rows if t == "view" and (re.fullmatch(r"[A-Z][A-Z0-9_]*", str(n))
-                                                                      or n == "StringIds"))
+        views = sorted(str(n) for n, t in rows if t == "view" and _NSYS_NAME.match(str(n)))
         if views:
             raise ReportError(f"{path}: {views[0]} is a view, not a table as nsys writes it: not an nsys export; "
                               f"export it again from the .nsys-rep")
