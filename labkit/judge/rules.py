@@ -118,7 +118,7 @@ def dominant(ev: Evidence) -> list[dict]:
     if lim is None:
         return []
     m, t, st = lim
-    if len(st) == 0:
+    if len(st) == 0 or m.stages["stage"].nunique() < 2:  # a run of one stage: it dominates nothing
         return []
     top = st.iloc[0]
     stage, ms = str(top["stage"]), float(top["own_ms"])
