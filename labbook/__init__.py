@@ -21,7 +21,7 @@ It holds what every notebook needs and no lesson; each module has one job:
 - ``display``: reports, comparisons and columns shown in the notebooks; ``text``: sentences
   (``say``), pandas display settings and labkit's warnings as cell lines, applied on import
   (cells in full, no ``1e+07``, a flagged benchmark in markdown);
-- ``evidence`` (a lever's GPU evidence, and the committed H100 evidence where this machine lacks
+- ``check`` (the hands-on exercises' check cells: each reads the learner's own profile), ``evidence`` (a lever's GPU evidence, and the committed H100 evidence where this machine lacks
   a GPU), ``interval`` (notebook 06: detected frames, the accuracy floor), ``summary``
   (notebook 07: table or note, figures, take-aways, quiz), ``optimize`` (the optimized step, the best
   within the accuracy floor): modules, as ``lab.evidence`` etc.
@@ -44,7 +44,7 @@ from labbook.steps import (SCALE_OUT, Step, builds_on_map, catalogue, flags, rec
 from labbook.text import configure_pandas, say, warnings_in_cells
 from labbook.video import ground_truth, sample_video, show_frame, video_info
 
-from labbook import evidence, interval, optimize, summary  # noqa: E402  (modules for 04-08)
+from labbook import check, evidence, interval, optimize, summary  # noqa: E402  (modules for 01-08)
 
 configure_pandas()  # the notebooks' tables: full text, integers as integers
 warnings_in_cells()  # a flagged benchmark is a line in its cell, not a stderr box
@@ -59,5 +59,5 @@ __all__ = [
     "kernels", "copies", "ranges", "overlap", "window", "warmup_batches", "compare", "best", "table_columns",
     "jumps", "say", "configure_pandas", "advice", "prediction", "verdict", "next_lever",
     "nsys_on_path", "stats_report", "agreement", "camera_clip", "frames_held", "littles_law", "latency_lesson",
-    "evidence", "interval", "optimize", "summary", "ensure",
+    "check", "evidence", "interval", "optimize", "summary", "ensure",
 ]

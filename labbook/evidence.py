@@ -144,7 +144,48 @@ def configurations(steps) -> object:
         return say(f"No H100 configurations: `{_shown(CONFIGURATIONS)}` is not in this checkout.")
     df = labkit.Ledger(CONFIGURATIONS).read()
     keep = ["baseline", *[s for s in steps if s != "baseline"]]
+    caveat = above_decoding(df, keep)
+    if caveat:
+        from IPython.display import display
+
+        display(say(caveat))
     return labkit.speedup_table(df[df["step"].isin(keep)])
+
+
+def above_decoding(df, steps) -> str:
+    """The caveat of the configuration rows among ``steps`` whose fps is no speed-up to quote: faster
+    than the same machine decoded the clip alone with the same decoder (its ``decode_only`` row of the
+    same stream count and queues), or a run whose queues hold more than ``THROUGHPUT_RULE`` of its
+    frames (Little's law: the frames queued before the clock started count in its rate). '' when none."""
+    from source_code.results import THROUGHPUT_RULE
+
+    from labbook.latency import frames_held
+
+    if "fps" not in df or "step" not in df:
+        return ""
+    cmd = df["command"] if "command" in df else pd.Series([[]] * len(df), index=df.index)
+    df = df.assign(n_streams=df["config.streams"].fillna(1).astype(int) if "config.streams" in df else 1,
+                   queued=[("--queues" in c) if isinstance(c, list) else False for c in cmd],
+                   batch=[int(c[c.index("--batch-size") + 1]) if isinstance(c, list) and "--batch-size" in c else 1
+                          for c in cmd])
+    dec = df[df["step"].str.startswith("decode_only")]
+    out = []
+    for r in df[df["step"].isin(steps)].itertuples():
+        mine = dec[(dec["n_streams"] == r.n_streams) & (dec["queued"] == r.queued)]
+        frames = int(r.frames) if getattr(r, "frames", None) == getattr(r, "frames", None) and getattr(r, "frames", None) else 0
+        held = frames_held(r.batch, None, r.n_streams) if r.queued else 0
+        if len(mine) and r.fps > mine["fps"].min():
+            d = mine.loc[mine["fps"].idxmin()]
+            out.append(f"`{r.step}` reads {r.fps:.1f} frames/s, above the {d['fps']:.1f} frames/s at which the same "
+                       f"machine decoded the clip alone with the same decoder (`{d['step']}`)")
+        elif frames and held > THROUGHPUT_RULE * frames:
+            out.append(f"`{r.step}` ran {frames} frames while its queues hold up to {held} at batch {r.batch}, over "
+                       f"{THROUGHPUT_RULE:.0%} of them")
+    if not out:
+        return ""
+    return ("**Caveat:** " + "; ".join(out) + ". Such a row is no speed-up to quote: frames decoded and queued before "
+            "its clock started count in its rate (Little's law). It was recorded before the lab checked every run "
+            "against its decode-only ceiling and its queues.")
 
 
 def _ran(step: str) -> bool:

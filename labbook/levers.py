@@ -25,7 +25,9 @@ OPTIONS_OF = MappingProxyType({
     "parallel_input": ("streams",),
     "skip_work": ("interval",),
     "remove_stage": ("osd",),
-    "cheaper_stage": (),  # no one flag: the stage's own code (the backend, precision and device steps come later)
+    # a cheaper stage: what makes the detector's own work cheaper (layout, compiler, runtime, precision);
+    # the finding is the bound of that stage costing nothing, which none of them can pass
+    "cheaper_stage": ("channels_last", "compile", "backend", "precision"),
 })
 """lever id -> the ``detect_video.py`` options (snake case) that pull it."""
 

@@ -1,16 +1,23 @@
 """The end of the arc: one optimized pipeline, "the best within the accuracy floor", built from
-the levers that paid on this machine (notebook 06 runs it; 07 and 08 build on it).
+what each lever measured on this machine (notebook 06 runs it; 07 and 08 build on it).
 
-A lever *paid* when its catalogue step measured faster than the step it builds on beyond the
-noise: the low end of the speed-up's 95 % interval above 1.0 where the rows have intervals,
-else above ``labkit.judge.advice.MIN_GAIN``. INT8 steps are left out (an accuracy decision of its own,
-notebook 05), as are rows faster than their own decoding. The paid steps are combined fastest
-first, each adding its change over the step it builds on unless it conflicts with what is
-already set (two backends or devices) or the application refuses it with what is set
-(``source_code.options.refused``: a torch-only option on another backend, ``--compile`` with
-``--cuda-graphs``, the application's own data); the interval is the
-knee's (``labbook.interval.floor``), so the step stays within the floor by construction, and its
-own MOTA is checked against the floor once it ran.
+Every catalogue step that changes one thing over the step it builds on (the cumulative path's
+``queues`` and ``no_osd``, the alternatives, INT8 over its FP32 counterpart) is judged by its
+speed-up and that speed-up's 95 % interval (where the rows have one; else the usual noise,
+``labkit.judge.advice.MIN_GAIN``):
+
+- **paid**: faster beyond the noise (the interval's low end above 1.0): its change is taken;
+- **cost**: slower beyond the noise (the high end below 1.0): a change of the cumulative path is
+  dropped, unless a lever that is taken needs it (:data:`NEEDS`), and then the decision says so;
+- **noise**: neither: left as the path has it.
+
+INT8 is taken only when it paid *and* its MOTA is within the floor (``labbook.interval.floor``);
+the decision shows both figures. The paid changes are combined fastest first, each unless it
+conflicts with what is already set (two backends or devices) or the application refuses it with
+what is set (``source_code.options.refused``: a torch-only option on another backend,
+``--compile`` with ``--cuda-graphs``). The interval is the knee's, so the step stays within the
+floor by construction, and its own MOTA is checked against the floor once it ran. Rows faster than
+their own decoding are no measurement and are left out.
 """
 from __future__ import annotations
 
@@ -24,17 +31,21 @@ from labbook.settings import MODE
 from labbook.steps import Step, catalogue
 
 NAME = "optimized"
+NEEDS = {}
+"""option -> the options that need it set (none in this application: batching, the backends and
+the interval all run with or without ``--queues``); a dropped change that a taken one needs stays."""
+COLUMNS = ["step", "builds_on", "fps", "speedup", "low", "high", "verdict", "mota", "decision", "why"]
 
 
 def gains(mode: str = MODE) -> pd.DataFrame:
-    """Each catalogue step (not a sweep value, not INT8) that ran here, with its speed-up over the
-    step it builds on, that speed-up's interval and whether it ``paid``; fastest first."""
+    """Each catalogue step that changes one thing over the step it builds on (not a sweep value)
+    and ran here, with its speed-up over that step, the interval and ``verdict`` (paid, cost or
+    noise: see the module doc), and its MOTA; fastest first."""
     cat = catalogue(mode)
-    names = [n for n, st in cat.items() if st.builds_on and st.kind in ("cumulative", "alternative")
-             and st.flags.get("precision") != "int8"]
+    names = [n for n, st in cat.items() if st.builds_on and st.kind in ("cumulative", "alternative")]
     rows = ledger([*names, *{cat[n].builds_on for n in names}])
     if len(rows) == 0 or "fps" not in rows:
-        return pd.DataFrame(columns=["step", "builds_on", "fps", "speedup", "low", "high", "paid"])
+        return pd.DataFrame(columns=COLUMNS[:8])
     by = {r["step"]: r for r in rows.to_dict("records") if r.get("status", "ok") in ("ok", None)
           and r.get("fps") == r.get("fps") and r.get("above_decode_ceiling") is not True}
     out = []
@@ -44,36 +55,94 @@ def gains(mode: str = MODE) -> pd.DataFrame:
             continue
         x = me["fps"] / on["fps"]
         ci = ratio_interval(me, on)
-        low, high = ci if ci else (x, x)
+        low, high = ci if ci else (x / MIN_GAIN, x * MIN_GAIN)
+        verdict = "paid" if low > 1.0 else "cost" if high < 1.0 else "noise"
         out.append({"step": n, "builds_on": cat[n].builds_on, "fps": me["fps"], "speedup": x, "low": low,
-                    "high": high, "paid": (low > 1.0) if ci else (x > MIN_GAIN)})
-    return pd.DataFrame(out).sort_values("fps", ascending=False).reset_index(drop=True) if out else \
-        pd.DataFrame(columns=["step", "builds_on", "fps", "speedup", "low", "high", "paid"])
+                    "high": high, "verdict": verdict, "mota": me.get("mota")})
+    if not out:
+        return pd.DataFrame(columns=COLUMNS[:8])
+    return pd.DataFrame(out).sort_values("fps", ascending=False).reset_index(drop=True)
 
 
-def _conflicts(flags: dict, changed: dict) -> bool:
-    if any(k in flags and flags[k] != v for k, v in changed.items()):
-        return True
+def _refused(flags: dict, changed: dict) -> str | None:
+    """Why ``changed`` cannot join ``flags`` (another value already set, or the application refuses
+    the two together), or None."""
+    clash = [k for k, v in changed.items() if k in flags and flags[k] != v]
+    if clash:
+        return f"conflicts with {', '.join(f'{k}={flags[k]!r}' for k in clash)}, already taken from a faster step"
     from source_code.options import refused
 
-    return refused({**flags, **changed}) is not None
+    pair = refused({**flags, **changed})
+    return f"the application refuses {' with '.join(sorted(pair))}" if pair else None
+
+
+def decisions(mode: str = MODE, *, floor: float | None = None) -> tuple[dict, pd.DataFrame]:
+    """(the optimized flags before the interval, one row per lever with its ``decision``: taken,
+    dropped, kept, left out, and ``why``, in numbers). ``floor``: the MOTA floor INT8 must stay
+    within (default: notebook 06's, :func:`labbook.interval.floor`)."""
+    from labbook.interval import floor as floor_of
+
+    cat = catalogue(mode)
+    start = base(mode)
+    floor = floor_of(mode) if floor is None else floor
+    flags = dict(cat[start].flags)
+    g = gains(mode)
+    rows = []
+    path = set()  # the cumulative path's changes up to START
+    at = start
+    while cat[at].builds_on:
+        path.add(at)
+        at = cat[at].builds_on
+    for r in g.itertuples():
+        st = cat[r.step]
+        changed = change_of(st.flags, cat[st.builds_on].flags)
+        figures = f"{r.speedup:.2f}x over '{r.builds_on}' (95 % interval {r.low:.2f}-{r.high:.2f}x)"
+        if r.step in path:
+            if r.verdict == "cost":
+                needed = [k for k in changed if any(flags.get(o) for o in NEEDS.get(k, ()))]
+                if needed:
+                    decision, why = "kept", f"slower, {figures}, but {', '.join(needed)} is needed by a lever taken"
+                else:
+                    for k, v in changed.items():  # back to what it builds on
+                        before = cat[st.builds_on].flags.get(k)
+                        if before is None:
+                            flags.pop(k, None)
+                        else:
+                            flags[k] = before
+                    decision, why = "dropped", f"slower beyond the noise: {figures}"
+            else:
+                decision, why = "kept", f"on the path: {figures}" + ("" if r.verdict == "paid" else ", within noise")
+            rows.append({**r._asdict(), "decision": decision, "why": why})
+            continue
+        if r.verdict != "paid":
+            rows.append({**r._asdict(), "decision": "left out", "why": f"did not pay beyond the noise: {figures}"})
+            continue
+        int8 = st.flags.get("precision") == "int8"
+        if int8 and (floor is None or not (r.mota == r.mota) or r.mota is None or r.mota < floor):
+            said = "no floor yet (run 06's sweep first)" if floor is None else (
+                f"MOTA {r.mota:.3f} below the floor {floor:.3f}" if r.mota == r.mota and r.mota is not None
+                else "no MOTA in its row")
+            rows.append({**r._asdict(), "decision": "left out", "why": f"paid ({figures}) but {said}"})
+            continue
+        want = {k: v for k, v in change_of(st.flags, cat[start].flags).items() if v is not None}
+        why_not = _refused(flags, want)
+        if why_not:
+            rows.append({**r._asdict(), "decision": "left out", "why": f"paid ({figures}) but {why_not}"})
+            continue
+        flags.update(want)
+        extra = f"; MOTA {r.mota:.3f} within the floor {floor:.3f}" if int8 else ""
+        rows.append({**r._asdict(), "decision": "taken", "why": f"paid: {figures}{extra}"})
+    table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "Index"]) if rows else pd.DataFrame(columns=COLUMNS)
+    return flags, table
 
 
 def step(mode: str = MODE, *, knee: pd.Series | None = None) -> Step:
-    """The optimized step: :func:`labbook.interval.base`'s flags, plus each lever that paid here
-    (see the module doc), plus the knee's interval; a cumulative step built on the knee's row."""
-    cat = catalogue(mode)
+    """The optimized step: :func:`decisions`' flags plus the knee's interval; a cumulative step
+    built on the knee's row."""
     if knee is None:
         rows = interval_rows(mode)
         knee = accuracy_floor(rows, accuracy=FLOOR_ACCURACY)
-    flags = dict(cat[base(mode)].flags)
-    for r in gains(mode).itertuples():
-        if not r.paid or r.step == base(mode):
-            continue
-        # what it sets over the base (fp16 brings the GPU options of the step it builds on too)
-        changed = {k: v for k, v in change_of(cat[r.step].flags, cat[base(mode)].flags).items() if v is not None}
-        if not _conflicts(flags, changed):
-            flags.update(changed)
+    flags, _ = decisions(mode, floor=float(knee[FLOOR_ACCURACY]))
     k = int(knee["interval"])
     if k > 1:
         flags["interval"] = k
@@ -83,4 +152,4 @@ def step(mode: str = MODE, *, knee: pd.Series | None = None) -> Step:
 def paid_levers(mode: str = MODE) -> list[str]:
     """The steps whose lever paid here (see the module doc)."""
     g = gains(mode)
-    return [] if g.empty else list(g.loc[g["paid"], "step"])
+    return [] if g.empty else list(g.loc[g["verdict"] == "paid", "step"])

@@ -18,8 +18,9 @@ import re
 import labkit
 from labkit.judge.advice import MIN_GAIN, finding_sentence
 
-from labbook.display import report, warmup_batches
+from labbook.display import warmup_batches
 from labbook.levers import ADVISE, OPTIONS_OF, flags_of, lever_text, levers_of
+from source_code.stages import DETECTOR_STAGES
 from labbook.reference import ledger
 from labbook.settings import MODE
 from labbook.steps import catalogue, step_of
@@ -59,9 +60,65 @@ def lever_flags(changed: dict) -> list[str]:
 
 
 @functools.lru_cache(maxsize=16)
-def _advise(path: str, warmup: int, min_gain: float = MIN_GAIN, ceiling: float | None = None):
+def _advise(path: str, warmup: int, min_gain: float = MIN_GAIN, ceiling: float | None = None, params: tuple = ()):
+    kw = dict(params)
+    if "call_cost" in kw:
+        kw["call_cost"] = dict(kw["call_cost"])
     return labkit.advise(labkit.load_report(path), warmup=warmup, min_gain=min_gain, decode_ceiling_fps=ceiling,
-                         **ADVISE)
+                         **ADVISE, **kw)
+
+
+def call_cost(builds_on: str, batch_size: int, mode: str = MODE) -> tuple[dict, str]:
+    """The fixed cost of one call of each detector stage (ms, whatever the call carries), fitted
+    over this machine's ledger rows that differ from ``builds_on`` only in their batch size
+    (``builds_on`` itself and the sweep's values, ``batch_size`` left out): a frame's time in a
+    stage at batch b is fixed / b + per item (least squares over 1 / b). Returns ({stage: ms}, the
+    batch sizes it was fitted over as words), or ({}, why not) with fewer than two batch sizes."""
+    import numpy as np
+
+    cat = catalogue(mode)
+    base = _base_flags(builds_on, mode)
+    same = [n for n, stp in cat.items() if n == builds_on or (
+        stp.builds_on == builds_on and set(change_of(stp.flags, base)) == {"batch_size"})]
+    rows = ledger(same)
+    if len(rows) == 0:
+        return {}, "no run to fit a call's cost from"
+    if "status" in rows:
+        rows = rows[rows["status"].fillna("ok").eq("ok")]
+    b = rows["config.batch_size"].fillna(1).astype(int) if "config.batch_size" in rows else None
+    if b is None or b[b != batch_size].nunique() < 2:
+        return {}, f"a call's fixed cost needs runs at two batch sizes other than {batch_size} (run the sweep first)"
+    keep = (b != batch_size).to_numpy()
+    out = {}
+    for stage in DETECTOR_STAGES:
+        col = f"stage_ms.{stage}"
+        if col not in rows:
+            continue
+        t = rows.loc[keep, col].astype(float)
+        x = 1.0 / b[keep].astype(float)
+        ok = t.notna()
+        if x[ok].nunique() < 2:
+            continue
+        fixed, _ = np.polyfit(x[ok].to_numpy(), t[ok].to_numpy(), 1)
+        if fixed > 0:
+            out[stage] = round(float(fixed), 3)
+    sizes = ", ".join(map(str, sorted(set(b[keep]))))
+    return out, f"batch sizes {sizes}"
+
+
+def _params(builds_on: str | None, flags, mode: str) -> tuple:
+    """advise's arguments for a step's own parameters: its interval K (``skip_every``) and, for a
+    larger batch than its base's, the fitted cost of a call (``call_cost``, ``batch_to``)."""
+    flags, out = dict(flags or {}), {}
+    k = flags.get("interval")
+    if isinstance(k, int) and k > 1:
+        out["skip_every"] = k
+    b, b0 = flags.get("batch_size"), _base_flags(builds_on, mode).get("batch_size", 1) if builds_on else 1
+    if isinstance(b, int) and b > (b0 or 1) and builds_on:
+        cost, _ = call_cost(builds_on, b, mode)
+        if cost:
+            out["call_cost"], out["batch_to"] = tuple(sorted(cost.items())), b
+    return tuple(sorted(out.items()))
 
 
 def decode_ceiling_fps(mode: str = MODE) -> float | None:
@@ -86,17 +143,20 @@ def _profile_of(step: str) -> tuple[str | None, str]:
     return (path, "") if isinstance(path, str) else (None, f"'{step}' has no profiled run")
 
 
-def _advice_on(base: str | None, step: str, mode: str, min_gain: float = 1.0):
-    """(``labkit.advise`` frame on the profile of ``base``, '') or (None, why not)."""
+def _advice_on(base: str | None, step: str, mode: str, min_gain: float = 1.0, flags=None):
+    """(``labkit.advise`` frame on the profile of ``base``, '') or (None, why not); ``flags``: the
+    step's own, whose parameters (K, the batch size) the estimates take (:func:`_params`)."""
     if base is None:
         return None, f"'{step}' builds on no step: there is no earlier profile to predict from"
     path, why = _profile_of(base)
     if path is None:
         return None, why
-    return _advise(path, warmup_batches(base, mode), min_gain, decode_ceiling_fps(mode)), ""
+    return _advise(path, warmup_batches(base, mode), min_gain, decode_ceiling_fps(mode),
+                   _params(base, flags, mode)), ""
 
 
-def advice_frame(step: str, mode: str = MODE, *, builds_on: str | None = None, min_gain: float = 1.0):
+def advice_frame(step: str, mode: str = MODE, *, builds_on: str | None = None, min_gain: float = 1.0,
+                 flags: dict | None = None):
     """``labkit.advise`` on the profile of the step ``step`` builds on, or None with why not.
 
     Returns: (frame or None, why): the frame has finding, evidence, lever (a lever id of
@@ -104,14 +164,16 @@ def advice_frame(step: str, mode: str = MODE, *, builds_on: str | None = None, m
     says "bound"), rule; ``why`` is '' with a frame. ``min_gain``: findings with a smaller figure
     are left out (default 1.0: all of them).
     """
-    return _advice_on(step_of(step, builds_on=builds_on, mode=mode).builds_on, step, mode, min_gain)
+    st = step_of(step, builds_on=builds_on, mode=mode)
+    return _advice_on(st.builds_on, step, mode, min_gain, st.flags if flags is None else flags)
 
 
-def advice(step: str, mode: str = MODE, *, builds_on: str | None = None):
+def advice(step: str, mode: str = MODE, *, builds_on: str | None = None, flags: dict | None = None):
     """What the profile of the step ``step`` builds on says, shown before ``step`` runs: the
     advise table, each lever named with this application's flags (``labbook.levers``), or a
-    sentence saying why there is none."""
-    frame, why = advice_frame(step, mode, builds_on=builds_on)
+    sentence saying why there is none. ``flags``: the step's own where the catalogue lacks it (an
+    interval or a batch size of your own): its estimates take its K and batch size."""
+    frame, why = advice_frame(step, mode, builds_on=builds_on, flags=flags)
     if frame is None:
         return say(f"No advice for '{step}': {why}.")
     if frame.empty:
@@ -132,7 +194,7 @@ def predict_for(st, flags, mode: str = MODE) -> dict:
     """The prediction a resolved step (``labbook.steps.Step`` and the flags it runs with) is run
     under: ``predicted_speedup``, ``basis`` ("bound" only where labkit's row says so, else
     "estimate"), ``assumptions``, ``lever`` and ``finding`` (or why there is none)."""
-    frame, why = _advice_on(st.builds_on, st.name, mode)
+    frame, why = _advice_on(st.builds_on, st.name, mode, flags=flags)
     if frame is None:
         return {**NONE, "finding": f"none: {why}"}
     changed = change_of(flags, _base_flags(st.builds_on, mode))

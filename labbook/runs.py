@@ -12,7 +12,7 @@ from labkit.bench.ledger import Ledger, not_run
 
 from labbook.app import app_argv, app_options, capture_range, unavailable
 from labbook.outcome import Outcome
-from labbook.plan import Plan, resolve
+from labbook.plan import Plan, check_guess, resolve
 from labbook.text import Status
 from labbook.settings import LEDGER, MODE, PROFILES, RESULTS, settings, strict
 from labbook.steps import Step, step_of
@@ -22,13 +22,15 @@ from labbook.steps import flags as step_flags
 def run_step(name: str, *, profile: bool = True, mode: str = MODE, kind: str | None = None,
              builds_on: str | None = None, env: Mapping[str, str] | None = None,
              predicted_speedup: float | None = None, finding: str | None = None, guess: float | None = None,
-             **flags) -> Outcome:
+             repeats: int | None = None, **flags) -> Outcome:
     """Benchmark one lab step: a profiled run under nsys, then the mode's measured repeats.
 
     ``flags`` are ``detect_video.py`` options (snake case). ``kind`` and ``builds_on`` default
     to the catalogue's (a step it lacks is an ``exercise``, kept out of the lab's table);
     ``env``: extra environment variables for the application (an exercise's, say); ``guess``:
-    your guess of the speed-up over ``builds_on`` (x), kept in the ledger row for the verdict.
+    your guess of the speed-up over ``builds_on`` (x), kept in the ledger row for the verdict;
+    ``repeats``: measured runs after the profiled one (default: the mode's; an exercise's check
+    reads its profile, so one is enough there).
     The step is resolved once (:func:`labbook.plan.resolve`): the run and its ledger row read
     that one value. Appends one ledger row to ``LEDGER`` in every case and returns an
     :class:`Outcome`: ok, skipped (the flags need what this machine lacks; nothing runs) or
@@ -37,11 +39,11 @@ def run_step(name: str, *, profile: bool = True, mode: str = MODE, kind: str | N
     """
     plan = resolve(name, mode=mode, kind=kind, builds_on=builds_on, flags=flags, guess=guess,
                    predicted_speedup=predicted_speedup, finding=finding)
-    return run_plan(plan, profile=profile, env=env)
+    return run_plan(plan, profile=profile, env=env, repeats=repeats)
 
 
 def run_plan(plan: Plan, *, profile: bool = True, env: Mapping[str, str] | None = None,
-             extra_labels: Mapping | None = None) -> Outcome:
+             extra_labels: Mapping | None = None, repeats: int | None = None) -> Outcome:
     """Run a resolved step (see :func:`run_step`); the first step of a machine and mode measures
     the decode-only ceiling first (:func:`decode_ceiling`)."""
     labels, led, s = {**plan.labels(), **dict(extra_labels or {})}, Ledger(LEDGER), plan.settings
@@ -54,11 +56,12 @@ def run_plan(plan: Plan, *, profile: bool = True, env: Mapping[str, str] | None 
     if not extra_labels:
         decode_ceiling(plan.mode)
     options = app_options(flags, mode=plan.mode)
-    line = Status(f"`{plan.name}`: {'one run under nsys, then ' if profile else ''}{s.repeats} measured run(s) of "
+    repeats = s.repeats if repeats is None else int(repeats)
+    line = Status(f"`{plan.name}`: {'one run under nsys, then ' if profile else ''}{repeats} measured run(s) of "
                   f"{s.frames} frames, running...")
     t0 = time.monotonic()
     try:
-        result = bench.run(app_argv(options), step=plan.name, repeats=s.repeats, warmup=None, profile=profile,
+        result = bench.run(app_argv(options), step=plan.name, repeats=repeats, warmup=None, profile=profile,
                            ledger=led, results_dir=RESULTS, profile_dir=PROFILES, env=env, progress=True,
                            capture_range=capture_range(flags), config=options, labels=labels, mode=plan.mode)
     except LabkitError as e:
@@ -75,13 +78,16 @@ def run_plan(plan: Plan, *, profile: bool = True, env: Mapping[str, str] | None 
     return Outcome(plan.name, "ok", result=result, **done)
 
 
-def run_scaled(step: Step, *, mode: str = MODE) -> Outcome:
+def run_scaled(step: Step, *, mode: str = MODE, guess: float | None = None) -> Outcome:
     """Run one of notebook 08's steps (``labbook.steps.scale_out``): ``processes<n>``, n copies side
     by side (``labkit.bench.run_parallel``), or ``ranks<n>`` under its launcher (``labkit.bench.run``
     with the step's ``launch``). No profile: 08 profiles the ranks itself. A step this machine cannot
     run is a skipped row, a run that fails a failed row (the application's or torchrun's error
-    line; raised under ``LABKIT_STRICT``), and the lab goes on either way."""
+    line; raised under ``LABKIT_STRICT``), and the lab goes on either way. ``guess``: the learner's
+    guess of the speed-up over the step it builds on, kept in its ledger row."""
     flags, led, labels = dict(step.flags), Ledger(LEDGER), step.labels()
+    if check_guess(guess) is not None:
+        labels["guess"] = float(guess)
     done = dict(kind=step.kind, builds_on=step.builds_on)
     why = unavailable(**flags)
     if why:

@@ -50,12 +50,12 @@ class Step:
 
 
 def scale_out_prediction(n: int) -> dict:
-    """The bound of running the same work as ``n`` processes or ranks: at most ``n`` times the one
-    process (perfect scaling); less wherever they share cores, a GPU or memory bandwidth, which no
-    single-process profile can tell, so advise has no rule for it."""
+    """The estimate of running the same work as ``n`` processes or ranks: ``n`` times the one process
+    (perfect scaling). An estimate, not a bound: wherever they share cores, a GPU or memory
+    bandwidth they get less, which no single-process profile can tell, so advise has no rule for it."""
     cores = os.cpu_count() or 1
-    return {"predicted_speedup": float(n),
-            "finding": f"{n} copies of the work: at most {n}x the one process (perfect scaling); "
+    return {"predicted_speedup": float(n), "basis": "estimate", "assumptions": "perfect scaling: nothing shared",
+            "finding": f"{n} copies of the work: {n}x the one process if they scaled perfectly; "
                        f"they share this machine's {cores} cores, so less where the one process already used them"}
 
 

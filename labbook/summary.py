@@ -104,7 +104,8 @@ def facts(table) -> dict:
         out.update(mota_step=drop.idxmax(), mota_drop=float(drop.max()))
     p = labkit.bench.charts.predictions(table, machine)
     p = p[p["predicted"].notna()]
-    out.update(predicted=list(p.index), within=[s for s, w in p["within"].items() if w is True])
+    out.update(predicted=list(p.index), within=[s for s, w in p["within"].items() if w is True],
+               side={str(k): str(v) for k, v in p["side"].items()})
     return out
 
 
@@ -132,10 +133,20 @@ def takeaways(table):
         lines.append(f"- **Speed can cost accuracy:** `{f['mota_step']}` lost the most MOTA, "
                      f"{f['mota_drop']:.3f} below the baseline; decide with both numbers side by side.")
     if f["predicted"]:
-        lines.append(f"- **Predict, then measure:** {len(f['within'])} of {len(f['predicted'])} steps run under "
-                     f"an estimate measured at or under it; where a measurement beat its estimate, the estimate's "
-                     f"assumptions were wrong for this machine.")
+        by = _by_side(f)
+        parts = [f"{len(by['within'])} of {len(f['predicted'])} steps run under an estimate measured within the "
+                 f"noise of it"]
+        parts += [f"{len(by[k])} {words}" for k, words in (("above", "above it"), ("below", "below it"),
+                                                           ("slower", "slower than the step they build on"))
+                  if by[k]]
+        lines.append(f"- **Predict, then measure:** {'; '.join(parts)}. An estimate holds only as far as its "
+                     f"assumptions hold on this machine.")
     return say("\n".join(lines))
+
+
+def _by_side(f: dict) -> dict[str, list[str]]:
+    """The steps run under an estimate, by where their measurement fell (``charts.predictions``' side)."""
+    return {k: [s for s in f["predicted"] if f["side"].get(s) == k] for k in ("within", "above", "below", "slower")}
 
 
 def _question(q: str, answer: str) -> str:
@@ -167,12 +178,18 @@ def quiz(table):
         qs.append(_question("**4.** Which step cost the most tracking accuracy (MOTA), and how much?",
                             f"`{f['mota_step']}`, {f['mota_drop']:.3f} below the baseline."))
     if f["predicted"]:
-        outside = [s for s in f["predicted"] if s not in f["within"]]
-        qs.append(_question("**5.** Which steps measured above the estimate they were run under, and what does "
-                            "that say about the estimate?",
-                            (", ".join(f"`{s}`" for s in outside) + ": the estimate assumed the wrong stage limits "
-                             "throughput, or the step changed more than one thing.") if outside
-                            else "None: every measured gain stayed at or under its estimate."))
+        by = _by_side(f)
+        names = {k: ", ".join(f"`{s}`" for s in v) for k, v in by.items()}
+        answer = " ".join(x for x in (
+            f"Above: {names['above']}: more changed than the finding's lever counts (a stage it should not touch "
+            "ran faster too, or the machine was busier during the step it builds on)." if by["above"] else "",
+            f"Below: {names['below']}: the estimate counts only the time a change saves, not what it costs "
+            "(threads sharing the cores, a larger batch waiting to fill)." if by["below"] else "",
+            f"Slower than the step they build on: {names['slower']}: the change cost more than it saved here; "
+            "no estimate counts a cost." if by["slower"] else "") if x) or (
+            "None: every step measured within the noise of its estimate.")
+        qs.append(_question("**5.** Which steps measured beyond the noise of the estimate they were run under, on "
+                            "which side, and why?", answer))
     from IPython.display import Markdown
 
     return Markdown("\n".join(qs))  # the questions are ours; each answer was escaped in _question

@@ -17,10 +17,11 @@ the failed steps of this run, read from the ledger, are listed at the end and th
 is 1. Seconds per notebook are kept in ``<out>/timings.json`` (merged across runs, one entry per
 notebook: its latest run).
 
-The learner's guesses: a notebook's guess cell (``MY_GUESS = None``) is tagged ``parameters``, as
-papermill does it; headless, this script puts a cell tagged ``injected-parameters`` after it that
+The learner's guesses: a notebook's guess cells (``MY_GUESS_QUEUES = None``) are tagged ``parameters``,
+as papermill does it; headless, this script puts a cell tagged ``injected-parameters`` after each that
 sets the guess (``--guess``, default 1.5; ``--guess none`` leaves the notebook's None), so the path
-with a guess (its ledger row, the verdict beside it) runs too.
+with a guess (its ledger row, the verdict beside it) runs too. The hands-on exercises' cells
+(``MY_BATCH = None``...) are tagged the same way and get ``ANSWERS``, so each exercise and its check run.
 """
 from __future__ import annotations
 
@@ -48,6 +49,31 @@ def lab_notebooks(folder: Path = ROOT / "notebooks") -> list[Path]:
 GUESS = 1.5
 """The speed-up a headless run guesses for every guess cell (``--guess``)."""
 GUESS_NAME = "MY_GUESS"
+"""A guess cell assigns this name or one that starts with it (``MY_GUESS_QUEUES``): each gets ``--guess``."""
+ANSWERS = {
+    "MY_TRACE": "cuda,nvtx,osrt",  # 01: the trace list that records OS runtime calls
+    "MY_FLAGS": {"queues": True},  # 02: the option that gives each stage its own thread
+    "MY_BATCH": 8,  # 03: a batch size
+    "MY_INPUT_HW": "128x224",  # 04: a smaller network input
+    "MY_OPT_LEVEL": "basic",  # 05: ONNX Runtime's graph optimizations, fewer of them
+    "MY_K": 6,  # 06: a tracker interval
+}
+"""What a headless run types into the hands-on exercises' cells (tagged ``parameters`` as the
+guess cells are), so that every exercise and its check cell run in the tests."""
+
+
+def parameter_names(nb) -> set[str]:
+    """The names the notebook's ``parameters`` cells assign."""
+    return {t.id for cell in nb.cells if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", [])
+            for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Name)}
+
+
+def headless_values(nb, guess: float | None) -> dict:
+    """What a headless run puts in the notebook's parameters cells: ``guess`` in every guess
+    (:data:`GUESS_NAME`), :data:`ANSWERS` in the exercises."""
+    names = parameter_names(nb)
+    return {**{n: guess for n in names if n.startswith(GUESS_NAME)}, **{n: v for n, v in ANSWERS.items() if n in names}}
 
 
 def inject_parameters(nb, values: dict) -> int:
@@ -112,7 +138,7 @@ def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int,
     from traitlets.config import Config
 
     nb = nbformat.read(path, as_version=4)
-    inject_parameters(nb, {GUESS_NAME: guess})
+    inject_parameters(nb, headless_values(nb, guess))
     os.environ["LABKIT_MODE"] = mode
     since = pd.Timestamp.now(tz="UTC")
     t0 = time.perf_counter()

@@ -131,7 +131,9 @@ def test_predicted_vs_measured_bars_and_bounds(tmp_path):
     p = charts.predictions(table)
     assert list(p.index) == ["queues", "batch4", "compile"]
     assert p["measured"].round(3).tolist() == [1.2, 1.5, 1.111]
-    assert p["within"].tolist()[:2] == [False, False] and p["within"].isna().tolist() == [False, False, True]
+    # 1.20 against 1.18: within the noise of a measurement; 1.50 against 1.25: above it
+    assert p["side"].tolist()[:2] == ["within", "above"] and p["within"].tolist()[:2] == [True, False]
+    assert p["within"].isna().tolist() == [False, False, True]
     fig = charts.predicted_vs_measured(table)
     assert _png(fig, tmp_path / "pvm.png") == (800, 420)
     ax = fig.axes[0]
@@ -144,11 +146,19 @@ def test_predicted_vs_measured_bars_and_bounds(tmp_path):
 
 
 def test_predicted_vs_measured_within_bound_is_green(tmp_path):
-    table = _predicted_ledger(tmp_path, [("baseline", 10.0, None, None), ("queues", 11.0, "baseline", 1.18)])
+    table = _predicted_ledger(tmp_path, [("baseline", 10.0, None, None), ("queues", 11.5, "baseline", 1.18)])
     assert charts.predictions(table)["within"].tolist() == [True]
     fig = charts.predicted_vs_measured(table)
     assert fig.axes[0].patches[0].get_facecolor()[:3] == pytest.approx((0.17254901960784313, 0.6274509803921569,
                                                                         0.17254901960784313))
+
+
+def test_a_regression_is_slower_not_at_or_under_its_estimate(tmp_path):
+    """A step that measured slower than the step it builds on is no success of its estimate."""
+    table = _predicted_ledger(tmp_path, [("baseline", 10.0, None, None), ("queues", 8.6, "baseline", 1.18),
+                                         ("no_osd", 9.0, "queues", 1.5)])
+    p = charts.predictions(table)
+    assert p["side"].tolist() == ["slower", "below"] and p["within"].tolist() == [False, False]
 
 
 def test_predicted_vs_measured_needs_a_step_after_the_baseline(tmp_path):

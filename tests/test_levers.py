@@ -27,6 +27,7 @@ def test_levers_are_labkits_ids_and_name_real_flags():
         assert set(OPTIONS_OF) <= set(ids)
     for lever in OPTIONS_OF:
         assert all(f in {o.flag for o in BY_NAME.values()} for f in flags_of(lever))
-    assert levers_of({"precision": "fp16"}) == ["reduce_precision"]
+    # a precision makes the detector's own work cheaper: its own lever, and the cheaper-stage bound
+    assert levers_of({"precision": "fp16"}) == ["reduce_precision", "cheaper_stage"]
     assert levers_of({"interval": 8}) == ["skip_work"] and levers_of({"osd": False}) == ["remove_stage"]
     assert lever_text("batch") == "batch (--batch-size)" and flags_of("reduce_precision") == ["--precision", "--tf32"]

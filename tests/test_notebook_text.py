@@ -119,10 +119,47 @@ def test_guess_cells_hold_no_number_and_are_parameters():
     """Predict, then measure: a guess cell leaves the guess to the learner (None, no number typed
     in for them) and is tagged ``parameters``, where scripts/run_lab.py injects a headless guess."""
     cells = [(b.name, c) for b in BOOKS for c in nbformat.read(b, as_version=4).cells if c.cell_type == "code"
-             and re.search(r"^MY_GUESS\s*=", c.source, re.M)]
+             and re.search(r"^MY_\w+\s*=", c.source, re.M)]
     assert cells, "no guess cell in the lab"
     for name, c in cells:
         values = [n.value for n in ast.parse(python_of(c.source)).body if isinstance(n, ast.Assign)
-                  and any(isinstance(t, ast.Name) and t.id == "MY_GUESS" for t in n.targets)]
+                  and any(isinstance(t, ast.Name) and t.id.startswith("MY_") for t in n.targets)]
         assert all(isinstance(v, ast.Constant) and v.value is None for v in values), (name, c.source)
         assert "parameters" in c.metadata.get("tags", []), (name, c.metadata)
+
+
+LEVER_BOOKS = [b for b in BOOKS if b.name[:2] in ("02", "03", "04", "05", "06", "08")]
+
+
+@pytest.mark.parametrize("book", LEVER_BOOKS, ids=[b.name[:2] for b in LEVER_BOOKS])
+def test_every_lever_step_takes_a_guess_typed_before_its_estimate(book):
+    """Guess, estimate, measure, conclude: each catalogue step a notebook runs (run_step on a step
+    that is not an exercise, or run_scaled) passes the learner's guess, from a guess cell (tagged
+    parameters) placed before the cell that runs it and before the advice it runs under."""
+    cells = nbformat.read(book, as_version=4).cells
+    runs = [(i, c) for i, c in enumerate(cells) if c.cell_type == "code"
+            and re.search(r"lab\.run_(step|scaled)\(", c.source) and 'kind="exercise"' not in c.source
+            and "sweep" not in c.source.split("run_")[1][:60] and 'kind="sweep"' not in c.source
+            or (c.cell_type == "code" and re.search(r"lab\.run_(step|scaled)\(", c.source) and "guess=" in c.source)]
+    runs = [(i, c) for i, c in runs if "for " not in c.source]  # 04's batch-1 loop: a sweep of two
+    assert runs, book.name
+    for i, c in runs:
+        m = re.search(r"guess=(MY_GUESS\w*)", c.source)
+        assert m, f"{book.name} c{i} runs a lever step without the learner's guess:\n{c.source}"
+        where = [j for j, d in enumerate(cells[:i]) if d.cell_type == "code" and re.match(rf"{m.group(1)}\s*=", d.source)]
+        assert where and "parameters" in cells[where[-1]].metadata.get("tags", []), (book.name, i, m.group(1))
+
+
+@pytest.mark.parametrize("book", [b for b in BOOKS if b.name[:2] in ("01", "02", "03", "04", "05", "06")],
+                         ids=lambda b: b.name[:2])
+def test_every_hands_on_exercise_has_a_check_before_its_solution(book):
+    """The learner changes a setting (a MY_ parameter that is not a guess), runs it, and a check cell
+    reads their own result (labbook.check) before the collapsed solution."""
+    cells = nbformat.read(book, as_version=4).cells
+    params = [i for i, c in enumerate(cells) if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])
+              and re.match(r"MY_(?!GUESS)\w+\s*=", c.source)]
+    assert params, f"{book.name}: no hands-on exercise"
+    for i in params:
+        check = next(j for j in range(i, len(cells)) if "lab.check." in cells[j].source)
+        solution = next(j for j in range(i, len(cells)) if "<summary>Solution" in cells[j].source)
+        assert check < solution, (book.name, i)

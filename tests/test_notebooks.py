@@ -200,3 +200,17 @@ def test_run_lab_injects_a_guess_after_each_guess_cell_and_progress_stays_off_st
     assert widget and "application/vnd.jupyter.widget-view+json" in widget[0]["data"], shown
     assert "<" in widget[0]["data"]["text/plain"], widget  # tqdm's [elapsed<remaining]
     assert shown[-1].get("text") == "done\n"
+
+
+def test_a_headless_run_types_a_guess_in_every_guess_cell_and_an_answer_in_every_exercise():
+    import nbformat
+    from run_lab import ANSWERS, headless_values, inject_parameters
+
+    cells = [nbformat.v4.new_code_cell("MY_GUESS_QUEUES = None", metadata={"tags": ["parameters"]}),
+             nbformat.v4.new_code_cell("MY_BATCH = None  # yours", metadata={"tags": ["parameters"]}),
+             nbformat.v4.new_code_cell("MY_OTHER = None")]  # not a parameters cell: left alone
+    nb = nbformat.v4.new_notebook(cells=cells)
+    values = headless_values(nb, 1.5)
+    assert values == {"MY_GUESS_QUEUES": 1.5, "MY_BATCH": ANSWERS["MY_BATCH"]}
+    assert inject_parameters(nb, values) == 2 and "MY_BATCH = 8" in nb.cells[3].source
+    assert headless_values(nb, None) == {"MY_GUESS_QUEUES": None, "MY_BATCH": 8}

@@ -89,10 +89,13 @@ def test_no_prediction_says_why(led):
         "finding": "none: 'baseline' builds on no step: there is no earlier profile to predict from"}
     assert "'baseline' has no ledger row yet" in prediction("queues", "full")["finding"]
     add(led, "baseline", profile="baseline.sqlite")
-    p = prediction("mine", "full", flags={"channels_last": True}, builds_on="baseline")
-    assert p["predicted_speedup"] is None and p["lever"] == "compile"  # channels_last pulls the compile lever
-    assert p["finding"].startswith("none: no finding in the profile of 'baseline' names compile (--compile, "
-                                   "--channels-last")
+    p = prediction("mine", "full", flags={"tf32": "on"}, builds_on="baseline")  # no GPU in that profile
+    assert p["predicted_speedup"] is None and p["lever"] == "reduce_precision"
+    assert p["finding"].startswith("none: no finding in the profile of 'baseline' names reduce_precision "
+                                   "(--precision, --tf32)")
+    # a layout change makes the detector cheaper: the bound of 'infer' costing nothing, and no more
+    cl = prediction("mine", "full", flags={"channels_last": True}, builds_on="baseline")
+    assert cl["basis"] == "bound" and cl["lever"] == "cheaper_stage" and "'infer'" in cl["finding"]
     assert "builds on no step" in lab.advice("baseline", "full").data
 
 

@@ -187,8 +187,11 @@ def predictions(table: SpeedupTable, machine: str | None = None) -> pd.DataFrame
             the ledger's ``predicted_speedup`` where a step was run under a prediction.
         machine: one of ``table.machines`` (default: the first).
     Returns: index ``step``; columns ``builds_on``, ``predicted`` (the estimate the step ran
-    under, NaN where none), ``measured`` (its metric over the step it builds on), ``within``
-    (measured <= predicted; NA without a prediction). Steps without a measured gain are left out.
+    under, NaN where none), ``measured`` (its metric over the step it builds on), ``side`` (where
+    the measurement fell, by the usual noise of a measurement, ``labkit.judge.advice.MIN_GAIN``:
+    "slower" than the step it builds on, else "within" noise of the estimate, "above" it or
+    "below" it; NA without an estimate) and ``within`` (side is "within"; NA without one). Steps
+    without a measured gain are left out.
     """
     machine = machine or (table.machines[0] if table.machines else None)
     if machine is None or machine not in table.over_builds_on.columns:
@@ -202,8 +205,20 @@ def predictions(table: SpeedupTable, machine: str | None = None) -> pd.DataFrame
                         "predicted": pred.reindex(table.over_builds_on.index),
                         "measured": table.over_builds_on[machine].astype(float)})
     out = out.dropna(subset=["measured"])
-    out["within"] = [pd.NA if math.isnan(p) else bool(m <= p) for p, m in zip(out["predicted"], out["measured"])]
+    out["side"] = [pd.NA if math.isnan(p) else _side(m, p) for p, m in zip(out["predicted"], out["measured"])]
+    out["within"] = [pd.NA if pd.isna(s) else s == "within" for s in out["side"]]
     return out.rename_axis("step")
+
+
+def _side(measured: float, predicted: float) -> str:
+    """Where a measured speed-up fell against its estimate, by the usual noise of a measurement."""
+    from labkit.judge.advice import MIN_GAIN
+
+    if measured * MIN_GAIN < 1.0:
+        return "slower"
+    if predicted / MIN_GAIN <= measured <= predicted * MIN_GAIN:
+        return "within"
+    return "above" if measured > predicted else "below"
 
 
 def predicted_vs_measured(table: SpeedupTable, *, machine: str | None = None, title: str | None = None):

@@ -60,9 +60,10 @@ class BenchWarning(UserWarning):
 
 # ----------------------------------------------------------------------------- helpers
 def spread(values: Sequence[float]) -> float:
-    """(max - min) / median of the finite values; NaN for none or a zero median."""
+    """(max - min) / median of the finite values; NaN for fewer than two (one run has no spread:
+    its interval, where it has one, comes from its batches) or a zero median."""
     vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    if not vals:
+    if len(vals) < 2:
         return math.nan
     med = statistics.median(vals)
     return (max(vals) - min(vals)) / med if med else math.nan

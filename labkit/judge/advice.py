@@ -81,7 +81,8 @@ def advise(report, *, window=None, within=None, steady: bool = True, **kwargs) -
 @windowed
 def _advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float | None = None,
            fps: float | None = None, batch_size: int | None = None, removable=(), skip_with=(),
-           skip_every: int | None = None, min_gain: float = MIN_GAIN, _where: str | None = None) -> pd.DataFrame:
+           skip_every: int | None = None, call_cost: dict | None = None, batch_to: int | None = None,
+           min_gain: float = MIN_GAIN, _where: str | None = None) -> pd.DataFrame:
     """Findings about what holds a profiled run back, each with its evidence, lever and prediction.
 
     Args:
@@ -98,6 +99,9 @@ def _advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float |
             them when the dominant stage is one; default: the dominant stage alone).
         skip_every: the K of the skip-work estimate (1 item in K; default 3). Given, the caller says
             the stage may skip items: its skip-work finding stands for it, not the cheaper-stage limit.
+        call_cost: stage -> the fixed cost of one of its calls in ms, whatever it carries (fitted by
+            the caller over runs at two or more batch sizes); with ``batch_to`` (the batch size to
+            predict for) it makes a batching estimate (rule ``fitted_batch``).
         min_gain: findings predicting less are left out (the input-bound one and the stages named
             ``removable`` always shown).
     Returns: ``ADVICE_COLUMNS``: finding, evidence (numbers from the report, in words), lever (an
@@ -119,6 +123,7 @@ def _advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float |
         ev.where = _where
     ev.skip_with, ev.skip_every = tuple(skip_with), int(skip_every or SKIP_EVERY)
     ev.skip_given, ev.removable = skip_every is not None, tuple(removable)
+    ev.call_cost, ev.batch_to = dict(call_cost or {}), (int(batch_to) if batch_to else None)
     ev.acc = account(report, window=ev.window)
     rows = [r for rule in advice_rules.RULES for r in rule(ev)] + advice_rules.removable(ev, removable)
     for r in rows:

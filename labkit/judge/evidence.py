@@ -105,6 +105,7 @@ class Evidence:
         self.kernels = self.in_window(rep.kernels)
         self.model = WhatIf(rep, self.window, self.stages, sm_ms=self.sm_ms, copy_ms=self.copy_ms)
         self.skip_with, self.skip_every, self.skip_given, self.removable = (), SKIP_EVERY, False, ()
+        self.call_cost, self.batch_to = {}, None  # the caller's fitted fixed cost per call (advise(call_cost=))
 
     def in_window(self, df: pd.DataFrame) -> pd.DataFrame:
         """Rows of a frame with start_ns inside the window."""

@@ -198,6 +198,35 @@ def per_call(ev: Evidence) -> list[dict]:
                      f"item its measured time; {MODEL}", stage), touch_ms=saved)]
 
 
+def fitted_batch(ev: Evidence) -> list[dict]:
+    """Batching with the caller's fitted cost of a call (``advise(call_cost={stage: fixed_ms},
+    batch_to=B)``): each call of the stage pays ``fixed_ms`` whatever it carries (as fitted over runs
+    at two or more batch sizes), so calls of ``B`` items save the fixed part of the calls they make
+    unnecessary, on the stage's thread."""
+    if not ev.call_cost or not ev.batch_to or ev.table.empty:
+        return []
+    out = []
+    st = ev.model.stages
+    for stage, fixed in ev.call_cost.items():
+        t = ev.table[ev.table["stage"] == stage]
+        mine = st[st["stage"] == stage]
+        if t.empty or mine.empty or not fixed > 0:
+            continue
+        calls, n = int(t["instances"].sum()), int(t["items"].sum())
+        needed = math.ceil(n / ev.batch_to)
+        own = mine.groupby("tid")["own_ms"].sum()
+        saved = min(float(fixed) * max(calls - needed, 0), float(own.sum()))
+        if saved <= 0:
+            continue
+        removed = (own / own.sum() * saved).to_dict()
+        text = (f"'{stage}' ran {calls} calls on {n} items; a call costs {fixed:.1f} ms whatever it carries (the "
+                f"caller's fit), so {needed} calls of {ev.batch_to} would save {saved:.0f} ms of its own time")
+        out.append(dict(row("fitted_batch", f"Calls of '{stage}' in batches of {ev.batch_to}", text, "batch",
+                            ev.model.speedup(removed), "estimate", f"a call of '{stage}' costs the fitted fixed part "
+                            f"once and each item its measured time; {MODEL}", stage), touch_ms=saved))
+    return out
+
+
 def underfilled(ev: Evidence) -> list[dict]:
     """A stage's calls carry fewer items than its largest call: fill them (no padding assumed).
 
@@ -359,6 +388,6 @@ def gpu_bound(ev: Evidence) -> list[dict]:
             ("reduce_precision", "compile")]
 
 
-RULES = (serial, latency, dominant, per_call, underfilled, sync_apis, sync_copies, pageable, starvation, low_utilization, launch_bound,
+RULES = (serial, latency, dominant, per_call, fitted_batch, underfilled, sync_apis, sync_copies, pageable, starvation, low_utilization, launch_bound,
          gpu_bound)
 """Every rule but ``removable`` (which needs the caller's list): a function of the evidence."""

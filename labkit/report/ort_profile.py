@@ -92,14 +92,24 @@ def op_profile(path: str | Path) -> pd.DataFrame:
     return out.sort_values("total_ms", ascending=False, ignore_index=True)
 
 
+OPTIMIZATION = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+                "all": "ORT_ENABLE_ALL"}
+"""ONNX Runtime's graph optimization levels, by the name :func:`profile_model` takes."""
+
+
 def profile_model(model: str | Path, inputs, *, runs: int = 5, prefix: str | Path | None = None,
-                  providers: tuple[str, ...] = ("CPUExecutionProvider",)) -> Path:
+                  providers: tuple[str, ...] = ("CPUExecutionProvider",), optimization: str = "all") -> Path:
     """Run the ONNX model ``model`` ``runs`` times on ``inputs`` (an array for its first input, or a
     dict of input name -> array) with ONNX Runtime's profiling on; return the profile JSON's path
-    (``<prefix>_<date>.json``; default prefix: the model's path without its suffix)."""
+    (``<prefix>_<date>.json``; default prefix: the model's path without its suffix).
+    ``optimization``: ONNX Runtime's graph optimization level, one of :data:`OPTIMIZATION`
+    (``"all"``, its default, fuses Q/DQ groups into integer kernels)."""
     import onnxruntime as ort
 
+    if optimization not in OPTIMIZATION:
+        raise ValueError(f"optimization={optimization!r}: use one of {', '.join(OPTIMIZATION)}")
     so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPTIMIZATION[optimization])
     so.enable_profiling = True
     so.profile_file_prefix = str(prefix if prefix is not None else Path(model).with_suffix(""))
     sess = ort.InferenceSession(str(model), so, providers=list(providers))

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.stats.idle import busy_intervals, gpu_idle_breakdown, gpu_idle_gaps, gpu_utilization
-from labkit.stats.blocked import blocked_in, blocked_intervals
+from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait
 from labkit.stats.summaries import gpu_projection
 from labkit.report.window import windowed
 
@@ -105,7 +105,10 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
     """Per stage (NVTX range name and domain, push/pop or start/end): CPU time, projected GPU time, items, share of wall.
 
     Args:
-        stages: range names to include, in this order (default: all, by CPU time).
+        stages: range names to include, in this order (default: all, by CPU time; in an annotated
+            report, one whose ranges carry ``items`` marks, a range without items whose name says it
+            waits (:data:`labkit.stats.blocked.WAIT_WORDS`, a ``queue_wait``) is its thread's blocked
+            time, not a stage, and is left out).
         warmup: instances whose payload (batch index) is below this are left out, with every
             range nested inside them.
     Ranges of the same name in different NVTX domains are different stages (one row each).
@@ -127,6 +130,8 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
     wall_ns = int(r["end_ns"].max() - r["start_ns"].min()) if len(r) else 0
     if stages is not None:
         r = r[r["name"].isin(list(stages)) | stage_labels(r).isin(list(stages))]
+    elif (r["items"] > 0).any():
+        r = r[(r["items"] > 0) | ~r["name"].map(is_wait).astype(bool)]
     cols = ["stage", "domain", "instances", "items", "cpu_ms", "blocked_ms", "latency_ms", "cpu_ms_per_instance",
             "cpu_ms_per_item",
             "gpu_ms", "gpu_ms_per_item", "wall_share", "threads"]
