@@ -78,7 +78,7 @@ def _refused(flags: dict, changed: dict) -> str | None:
 
 def decisions(mode: str = MODE, *, floor: float | None = None) -> tuple[dict, pd.DataFrame]:
     """(the optimized flags before the interval, one row per lever with its ``decision``: taken,
-    dropped, kept, left out, and ``why``, in numbers). ``floor``: the MOTA floor INT8 must stay
+    included (already part of a lever taken), dropped, kept, left out, and ``why``, in numbers). ``floor``: the MOTA floor INT8 must stay
     within (default: notebook 06's, :func:`labbook.interval.floor`)."""
     from labbook.interval import floor as floor_of
 
@@ -125,6 +125,10 @@ def decisions(mode: str = MODE, *, floor: float | None = None) -> tuple[dict, pd
             rows.append({**r._asdict(), "decision": "left out", "why": f"paid ({figures}) but {said}"})
             continue
         want = {k: v for k, v in change_of(st.flags, cat[start].flags).items() if v is not None}
+        if all(flags.get(k) == v for k, v in want.items()):
+            rows.append({**r._asdict(), "decision": "included",
+                         "why": f"paid ({figures}); its change is part of a faster lever already taken"})
+            continue
         why_not = _refused(flags, want)
         if why_not:
             rows.append({**r._asdict(), "decision": "left out", "why": f"paid ({figures}) but {why_not}"})
@@ -147,6 +151,34 @@ def step(mode: str = MODE, *, knee: pd.Series | None = None) -> Step:
     if k > 1:
         flags["interval"] = k
     return Step(NAME, flags, str(knee["step"]), "cumulative")
+
+
+def estimate(decided: pd.DataFrame, mode: str = MODE) -> dict:
+    """The estimate ``optimized`` runs under, over the knee's step (``run_step``'s
+    ``predicted_speedup`` and ``finding``): each lever taken gains what it measured from
+    :func:`labbook.interval.base` to its own step (its chain of builds_on: INT8 over its FP32 over
+    the base), and each path change dropped gives back what it cost, all multiplied as if the levers
+    were independent. An estimate: levers that speed up the same stage overlap, and the interval
+    leaves them less of it, so it is an upper-leaning one. Nothing taken or dropped: no estimate."""
+    cat = catalogue(mode)
+    g = gains(mode).set_index("step") if len(gains(mode)) else pd.DataFrame()
+    start = base(mode)
+    x, parts = 1.0, []
+    for r in decided.itertuples():
+        if r.decision == "taken":
+            at, chain = r.step, 1.0
+            while at != start and at in g.index:
+                chain *= float(g.loc[at, "speedup"])
+                at = cat[at].builds_on
+            x *= chain
+            parts.append(f"{r.step} {chain:.2f}x")
+        elif r.decision == "dropped":
+            x /= float(r.speedup)
+            parts.append(f"dropping {r.step} {1 / float(r.speedup):.2f}x")
+    if not parts:
+        return {"predicted_speedup": None, "finding": "none: no lever taken or path change dropped over the knee"}
+    return {"predicted_speedup": round(x, 3),
+            "finding": f"levers measured one by one, combined as if independent: {' x '.join(parts)}"}
 
 
 def paid_levers(mode: str = MODE) -> list[str]:

@@ -59,8 +59,8 @@ class Plan:
         extra = {k: v for k, v in self.prediction.items() if v is not None}
         if self.guess is not None:
             extra["guess"] = float(self.guess)
-        own = self.step.labels()  # a scale-out step's own prediction (n copies: at most n times) is a bound
-        return {**extra, **own, "basis": "bound"} if "predicted_speedup" in own else {**extra, **own}
+        own = self.step.labels()  # a scale-out step's own prediction (n copies: n times if perfect) comes with it
+        return {**extra, **own}
 
 
 def check_guess(guess) -> float | None:

@@ -95,3 +95,16 @@ def test_the_optimized_step_never_combines_what_the_application_refuses(led):
     assert (g.loc[["compile", "fp16_cuda_graphs"], "verdict"] == "paid").all()
     flags = dict(optimize.step("small").flags)
     assert flags.get("cuda_graphs") and not flags.get("compile") and refused(flags) is None
+
+
+def test_the_optimized_estimate_multiplies_what_each_lever_measured_and_says_so(led):
+    lab_run(led)
+    add(led, "queues", 8, 0.75)  # dropped: gives back its 0.8x
+    add(led, "ort_int8", 40, 0.76, ci=(38, 42))  # taken: 40/25 over ort_fp32, which ran 25/20 over batch4
+    _, decided = optimize.decisions("small")
+    est = optimize.estimate(decided, "small")
+    assert est["predicted_speedup"] == pytest.approx(40 / 20 / (8 / 10), rel=1e-3)
+    assert est["finding"] == ("levers measured one by one, combined as if independent: ort_int8 2.00x x "
+                              "dropping queues 1.25x")
+    nothing = optimize.estimate(decided.assign(decision="left out"), "small")
+    assert nothing["predicted_speedup"] is None and nothing["finding"].startswith("none:")

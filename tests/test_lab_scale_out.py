@@ -54,12 +54,12 @@ def test_notebook_08_records_steps_that_cannot_run_and_goes_on(tmp_path, monkeyp
     monkeypatch.delenv("LABKIT_STRICT", raising=False)
     nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "08_Scaling_Out.ipynb").read_text())
     code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
-    assert "lab.run_scaled(PROCS)" in code and "lab.run_scaled(RANKS)" in code
+    assert "lab.run_scaled(PROCS, guess=MY_GUESS_PROCESSES)" in code and "lab.run_scaled(RANKS, guess=MY_GUESS_RANKS)" in code
     steps = scale_out("baseline", {"inputs": [str(tmp_path / "missing.mp4")], "frames": 4, "device": "cpu",
                                    "osd": False}, n=2)
-    outs = [runs.run_scaled(steps[name], mode="small") for name in ("processes2", "ranks2")]
+    outs = [runs.run_scaled(steps[name], mode="small", guess=1.7) for name in ("processes2", "ranks2")]
     assert [(o.step, o.status, o.result) for o in outs] == [("processes2", "failed", None), ("ranks2", "failed", None)]
     assert all(o.reason and "\n" not in o.reason for o in outs), [o.reason for o in outs]
     rows = Ledger(tmp_path / "ledger.jsonl").rows()
-    assert [(r["step"], r["status"]) for r in rows] == [("processes2", "failed"), ("ranks2", "failed")]
+    assert [(r["step"], r["status"], r["guess"]) for r in rows] == [("processes2", "failed", 1.7), ("ranks2", "failed", 1.7)]
     assert rows[-1]["reason"] and rows[-1]["config"]["streams"] == 2 and rows[-1]["builds_on"] == "baseline"

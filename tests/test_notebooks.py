@@ -212,5 +212,5 @@ def test_a_headless_run_types_a_guess_in_every_guess_cell_and_an_answer_in_every
     nb = nbformat.v4.new_notebook(cells=cells)
     values = headless_values(nb, 1.5)
     assert values == {"MY_GUESS_QUEUES": 1.5, "MY_BATCH": ANSWERS["MY_BATCH"]}
-    assert inject_parameters(nb, values) == 2 and "MY_BATCH = 8" in nb.cells[3].source
-    assert headless_values(nb, None) == {"MY_GUESS_QUEUES": None, "MY_BATCH": 8}
+    assert inject_parameters(nb, values) == 2 and f"MY_BATCH = {ANSWERS['MY_BATCH']}" in nb.cells[3].source
+    assert headless_values(nb, None) == {"MY_GUESS_QUEUES": None, "MY_BATCH": ANSWERS["MY_BATCH"]}

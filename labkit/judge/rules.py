@@ -28,6 +28,9 @@ OTHERS_KEEP = "the thread's other work and the kernels keep their measured times
 # before over after its change, so a change to a thread that does not limit the run predicts nothing.
 MODEL = ("every other thread and engine keeps its measured time, and the threads' CPU time shares the profiled "
          "machine's cores; " + STAGE_TIMES)
+BOUND_MODEL = ("every other thread and engine keeps its measured time (measured under the run's own contention for "
+               "cores), and the threads' CPU time shares the profiled machine's cores")
+"""The model's assumptions said with a bound: the same as :data:`MODEL`'s, without calling it an estimate."""
 SETUP_WORDS = ("setup", "launch", "overhead", "prepare", "init", "alloc")
 """A range nested in each call of a stage whose name holds one of these is that call's fixed cost:
 batching pays it once per batch instead of once per call."""
@@ -135,7 +138,8 @@ def dominant(ev: Evidence) -> list[dict]:
         lever = "gpu_offload" if len(ev.kernels) and not on_gpu else "cheaper_stage"
         out.append(dict(row("dominant_stage", f"One stage, '{stage}', dominates", text + "; the prediction is the "
                             f"most a cheaper '{stage}' can give: '{stage}' taking no time at all", lever,
-                            m.speedup({tid: ms}), "bound", f"'{stage}' costs nothing; {MODEL}", stage), touch_ms=ms))
+                            m.speedup({tid: ms}), "bound", f"'{stage}' costs nothing; {BOUND_MODEL}", stage),
+                            touch_ms=ms))
     group = ([stage] + [g for g in ev.skip_with if g != stage]) if stage in ev.skip_with else [stage]
     k = ev.skip_every
     cut = ev.model.stages[ev.model.stages["stage"].isin(group)]
