@@ -137,6 +137,7 @@ def takeaways(table):
         parts = [f"{len(by['within'])} of {len(f['predicted'])} steps run under an estimate measured within the "
                  f"noise of it"]
         parts += [f"{len(by[k])} {words}" for k, words in (("above", "above it"), ("below", "below it"),
+                                                           ("inside", "inside their bound"),
                                                            ("slower", "slower than the step they build on"))
                   if by[k]]
         lines.append(f"- **Predict, then measure:** {'; '.join(parts)}. An estimate holds only as far as its "
@@ -146,7 +147,8 @@ def takeaways(table):
 
 def _by_side(f: dict) -> dict[str, list[str]]:
     """The steps run under an estimate, by where their measurement fell (``charts.predictions``' side)."""
-    return {k: [s for s in f["predicted"] if f["side"].get(s) == k] for k in ("within", "above", "below", "slower")}
+    return {k: [s for s in f["predicted"] if f["side"].get(s) == k]
+            for k in ("within", "above", "below", "inside", "slower")}
 
 
 def _question(q: str, answer: str) -> str:
@@ -185,6 +187,8 @@ def quiz(table):
             "ran faster too, or the machine was busier during the step it builds on)." if by["above"] else "",
             f"Below: {names['below']}: the estimate counts only the time a change saves, not what it costs "
             "(threads sharing the cores, a larger batch waiting to fill)." if by["below"] else "",
+            f"Inside their bound: {names['inside']}: a bound is the most the change could give (its stage "
+            "costing nothing), not a forecast." if by["inside"] else "",
             f"Slower than the step they build on: {names['slower']}: the change cost more than it saved here; "
             "no estimate counts a cost." if by["slower"] else "") if x) or (
             "None: every step measured within the noise of its estimate.")

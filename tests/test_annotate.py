@@ -77,19 +77,26 @@ PROGRAM = textwrap.dedent("""
 
 
 @pytest.mark.nsys
+def nsys_profile(out, *args) -> subprocess.CompletedProcess:
+    """``nsys profile -t nvtx`` of this Python with ``args``, exported to SQLite; started again on
+    nsys 2022.4's start-up race under load, as labkit does (``labkit.record.nsys._start_race``)."""
+    from labkit.record.nsys import START_TRIES, _start_race
+
+    for _ in range(START_TRIES):
+        proc = subprocess.run([env.find_nsys(), "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none",
+                               "--export=sqlite", "--force-overwrite=true", "-o", str(out), sys.executable, *args],
+                              capture_output=True, text=True, timeout=300)
+        if proc.returncode == 0 or not _start_race(proc.stdout + proc.stderr):
+            break
+    return proc
+
+
 def test_in_process_times_agree_with_nsys(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text(PROGRAM)
     rec_path = tmp_path / "records.json"
     out = tmp_path / "prog"
-    from labkit.record.nsys import START_TRIES, _start_race
-
-    for _ in range(START_TRIES):  # nsys 2022.4's start-up race under load: started again, as labkit does
-        proc = subprocess.run([env.find_nsys(), "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none",
-                               "--export=sqlite", "--force-overwrite=true", "-o", str(out), sys.executable,
-                               str(script), str(rec_path)], capture_output=True, text=True, timeout=300)
-        if proc.returncode == 0 or not _start_race(proc.stdout + proc.stderr):
-            break
+    proc = nsys_profile(out, str(script), str(rec_path))
     assert proc.returncode == 0, proc.stderr
     mine = json.loads(rec_path.read_text())
     con = sqlite3.connect(f"{out}.sqlite")
@@ -127,9 +134,7 @@ def test_reused_attributes_carry_no_stale_payload(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text(PAYLOADS)
     out = tmp_path / "prog"
-    proc = subprocess.run([env.find_nsys(), "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none",
-                           "--export=sqlite", "-o", str(out), sys.executable, str(script)],
-                          capture_output=True, text=True, timeout=300)
+    proc = nsys_profile(out, str(script))
     assert proc.returncode == 0, proc.stderr
     con = sqlite3.connect(f"{out}.sqlite")
     rows = con.execute("SELECT COALESCE(e.text, s.value), e.int64Value, e.end IS NULL OR e.end = e.start "

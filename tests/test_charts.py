@@ -119,7 +119,7 @@ def _predicted_ledger(tmp_path, rows):
     for step, fps, builds_on, pred in rows:
         rec = {"step": step, "env": XEON, "metrics": {"fps": fps}, "builds_on": builds_on}
         if pred is not None:
-            rec["predicted_speedup"] = pred
+            rec["predicted_speedup"], rec["basis"] = pred if isinstance(pred, tuple) else (pred, "estimate")
         led.append(rec)
     return speedup_table(led.read())
 
@@ -159,6 +159,12 @@ def test_a_regression_is_slower_not_at_or_under_its_estimate(tmp_path):
                                          ("no_osd", 9.0, "queues", 1.5)])
     p = charts.predictions(table)
     assert p["side"].tolist() == ["slower", "below"] and p["within"].tolist() == [False, False]
+
+
+def test_a_step_under_a_bound_is_inside_it_not_below_an_estimate(tmp_path):
+    table = _predicted_ledger(tmp_path, [("baseline", 10.0, None, None), ("compile", 15.0, "baseline", (11.3, "bound")),
+                                         ("fp16", 30.0, "compile", (1.5, "bound"))])
+    assert charts.predictions(table)["side"].tolist() == ["inside", "above"]
 
 
 def test_predicted_vs_measured_needs_a_step_after_the_baseline(tmp_path):

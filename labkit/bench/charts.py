@@ -190,7 +190,7 @@ def predictions(table: SpeedupTable, machine: str | None = None) -> pd.DataFrame
     under, NaN where none), ``measured`` (its metric over the step it builds on), ``side`` (where
     the measurement fell, by the usual noise of a measurement, ``labkit.judge.advice.MIN_GAIN``:
     "slower" than the step it builds on, else "within" noise of the estimate, "above" it or
-    "below" it; NA without an estimate) and ``within`` (side is "within"; NA without one). Steps
+    "below" it, or for a prediction whose ``basis`` is "bound", "inside" or "above" it; NA without one) and ``within`` (side is "within"; NA without one). Steps
     without a measured gain are left out.
     """
     machine = machine or (table.machines[0] if table.machines else None)
@@ -198,24 +198,31 @@ def predictions(table: SpeedupTable, machine: str | None = None) -> pd.DataFrame
         return pd.DataFrame(columns=["builds_on", "predicted", "measured", "within"]).rename_axis("step")
     rows = table.rows
     if "predicted_speedup" in rows.columns and "machine" in rows.columns:
-        pred = rows[rows["machine"] == machine].set_index("step")["predicted_speedup"].astype(float)
+        mine = rows[rows["machine"] == machine].set_index("step")
+        pred = mine["predicted_speedup"].astype(float)
+        basis = mine["basis"] if "basis" in mine.columns else pd.Series(dtype=object)
     else:
-        pred = pd.Series(dtype=float)
+        pred, basis = pd.Series(dtype=float), pd.Series(dtype=object)
     out = pd.DataFrame({"builds_on": table.steps["builds_on"] if "builds_on" in table.steps else None,
                         "predicted": pred.reindex(table.over_builds_on.index),
                         "measured": table.over_builds_on[machine].astype(float)})
     out = out.dropna(subset=["measured"])
-    out["side"] = [pd.NA if math.isnan(p) else _side(m, p) for p, m in zip(out["predicted"], out["measured"])]
+    bound = basis.reindex(out.index).eq("bound") if len(basis) else pd.Series(False, index=out.index)
+    out["side"] = [pd.NA if math.isnan(p) else _side(m, p, b) for p, m, b in zip(out["predicted"], out["measured"],
+                                                                                  bound)]
     out["within"] = [pd.NA if pd.isna(s) else s == "within" for s in out["side"]]
     return out.rename_axis("step")
 
 
-def _side(measured: float, predicted: float) -> str:
-    """Where a measured speed-up fell against its estimate, by the usual noise of a measurement."""
+def _side(measured: float, predicted: float, bound: bool = False) -> str:
+    """Where a measured speed-up fell against its estimate (or its bound: "inside" it), by the usual
+    noise of a measurement."""
     from labkit.judge.advice import MIN_GAIN
 
     if measured * MIN_GAIN < 1.0:
         return "slower"
+    if bound:
+        return "inside" if measured <= predicted * MIN_GAIN else "above"
     if predicted / MIN_GAIN <= measured <= predicted * MIN_GAIN:
         return "within"
     return "above" if measured > predicted else "below"
