@@ -29,6 +29,7 @@ from labbook.predict import change_of, ratio_interval
 from labbook.reference import ledger
 from labbook.settings import MODE
 from labbook.steps import Step, catalogue
+from source_code.stages import DETECTOR_STAGES
 
 NAME = "optimized"
 NEEDS = {}
@@ -153,17 +154,37 @@ def step(mode: str = MODE, *, knee: pd.Series | None = None) -> Step:
     return Step(NAME, flags, str(knee["step"]), "cumulative")
 
 
-def estimate(decided: pd.DataFrame, mode: str = MODE) -> dict:
-    """The estimate ``optimized`` runs under, over the knee's step (``run_step``'s
-    ``predicted_speedup`` and ``finding``): each lever taken gains what it measured from
-    :func:`labbook.interval.base` to its own step (its chain of builds_on: INT8 over its FP32 over
-    the base), and each path change dropped gives back what it cost, all multiplied as if the levers
-    were independent. An estimate: levers that speed up the same stage overlap, and the interval
-    leaves them less of it, so it is an upper-leaning one. Nothing taken or dropped: no estimate."""
+def _stage_ms(row) -> dict:
+    return {k[9:]: float(v) for k, v in row.items() if k.startswith("stage_ms.") and v == v and v is not None}
+
+
+def frame_ms(stage_ms: dict, *, queued: bool, cores: int) -> float:
+    """A frame's time in the pipeline from its stages' times per frame (the ledger's ``stage_ms``,
+    timed in-process): their sum when the stages run one after another; with queues, the slowest
+    stage, and no less than their sum shared over the machine's cores."""
+    times = [v for v in stage_ms.values() if v == v]
+    if not times:
+        return float("nan")
+    return max(max(times), sum(times) / max(cores, 1)) if queued else sum(times)
+
+
+def estimate(decided: pd.DataFrame, mode: str = MODE, *, knee: str | None = None, flags: dict | None = None) -> dict:
+    """The estimate ``optimized`` runs under, over the knee's step ``knee`` (``run_step``'s
+    ``predicted_speedup`` and ``finding``). Each lever taken changes each stage's time per frame as
+    it measured from :func:`labbook.interval.base` to its own step (its chain of builds_on, the
+    ledger's in-process ``stage_ms``) in the detector's stages (``DETECTOR_STAGES``: the others'
+    changes between two runs are the machine's, not the lever's), applied to the knee's stage times, as if the levers were
+    independent; the frame's time is :func:`frame_ms` (queued or not, as ``flags`` say, on the
+    knee row's cores); each path change dropped gives back what it cost. Without stage times, the
+    levers' measured speed-ups multiplied. Nothing taken or dropped: no estimate."""
     cat = catalogue(mode)
-    g = gains(mode).set_index("step") if len(gains(mode)) else pd.DataFrame()
+    g = gains(mode)
+    g = g.set_index("step") if len(g) else g
     start = base(mode)
-    x, parts = 1.0, []
+    rows = {r["step"]: r for r in ledger([start, knee, *decided["step"]]).to_dict("records")} if knee else {}
+    here = _stage_ms(rows.get(knee, {})) if knee else {}
+    s0 = _stage_ms(rows.get(start, {}))
+    scale, x, parts = {}, 1.0, []
     for r in decided.itertuples():
         if r.decision == "taken":
             at, chain = r.step, 1.0
@@ -171,12 +192,31 @@ def estimate(decided: pd.DataFrame, mode: str = MODE) -> dict:
                 chain *= float(g.loc[at, "speedup"])
                 at = cat[at].builds_on
             x *= chain
-            parts.append(f"{r.step} {chain:.2f}x")
+            mine = _stage_ms(rows.get(r.step, {}))
+            for k, v in mine.items():  # the detector's stages: what precision, backend and layout change
+                if k in DETECTOR_STAGES and s0.get(k, 0) > 0:
+                    scale[k] = scale.get(k, 1.0) * v / s0[k]
+            parts.append(f"{r.step} ({chain:.2f}x over {start}" + (
+                f"; 'infer' {scale['infer']:.2f} of its time" if "infer" in scale else "") + ")")
         elif r.decision == "dropped":
             x /= float(r.speedup)
-            parts.append(f"dropping {r.step} {1 / float(r.speedup):.2f}x")
+            parts.append(f"dropping {r.step} ({1 / float(r.speedup):.2f}x)")
     if not parts:
         return {"predicted_speedup": None, "finding": "none: no lever taken or path change dropped over the knee"}
+    if here and scale:
+        queued = bool((flags or {}).get("queues"))
+        c = rows.get(knee, {}).get("env.cpu_count")
+        cores = int(c) if isinstance(c, (int, float)) and c == c and c >= 1 else 1
+        after = {k: v * scale.get(k, 1.0) for k, v in here.items()}
+        est = frame_ms(here, queued=queued, cores=cores) / frame_ms(after, queued=queued, cores=cores)
+        for r in decided.itertuples():
+            if r.decision == "dropped":
+                est /= float(r.speedup)
+        return {"predicted_speedup": round(est, 3),
+                "finding": (f"the knee's detector stage times, scaled as the levers measured them, as if independent: "
+                            f"{'; '.join(parts)}; a frame takes "
+                            + (f"its slowest stage or the stages' time over {cores} cores" if queued
+                               else "the sum of its stages' times"))}
     return {"predicted_speedup": round(x, 3),
             "finding": f"levers measured one by one, combined as if independent: {' x '.join(parts)}"}
 

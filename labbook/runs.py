@@ -168,9 +168,10 @@ def sweep(builds_on: str, option: str, values, *, step: str, mode: str = MODE, f
     s = settings(mode)
     line = Status(f"sweep of `{option}` over {list(values)}: {len(names) * s.repeats} run(s) of {s.frames} frames, "
                   "running...")
-    first = resolve(names[0] if names else step, builds_on=builds_on, mode=mode, default_kind="sweep",
-                    flags={**base, option: values[0]} if names else base)
-    labels = first.labels()
+    def labels(value) -> dict:  # each value's own prediction (its K, its batch), made when its turn comes
+        return resolve(step.format(value=value), builds_on=builds_on, mode=mode, default_kind="sweep",
+                       flags={**base, option: value}).labels()
+
     options = app_options(base, mode=mode)
     t0 = time.monotonic()
     out = bench.sweep(lambda v: app_argv({**options, option: v}), option, list(values), step=step,

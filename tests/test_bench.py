@@ -164,6 +164,21 @@ def test_sweep_over_batch_size(app, tmp_path):
     assert led.read()["config.batch_size"].tolist() == [1, 2, 4]
 
 
+def test_each_sweep_value_carries_its_own_prediction(app, tmp_path):
+    """labels as a function of the value, called when the value's turn comes (06 checked K=4 against
+    the K=3 estimate; every interval of a sweep carried the first value's)."""
+    led = Ledger(tmp_path / "ledger.jsonl")
+    seen = []
+
+    def labels(v):
+        seen.append(len(led.read()))  # the rows already written when this value's prediction is made
+        return {"kind": "sweep", "predicted_speedup": float(v)}
+
+    bench.sweep(app + ["--fps-seq", "10"], "--batch-size", [2, 4], step="batch{value}", results_dir=tmp_path,
+                ledger=led, progress=False, labels=labels)
+    assert led.read()["predicted_speedup"].tolist() == [2.0, 4.0] and seen == [0, 1]
+
+
 def test_run_parallel_aggregates_throughput(app, tmp_path):
     r = bench.run_parallel(app + ["--fps-seq", "10", "--sleep", "0.5"], processes=3, step="np3",
                            results_dir=tmp_path, progress=False)

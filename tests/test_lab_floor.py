@@ -104,7 +104,35 @@ def test_the_optimized_estimate_multiplies_what_each_lever_measured_and_says_so(
     _, decided = optimize.decisions("small")
     est = optimize.estimate(decided, "small")
     assert est["predicted_speedup"] == pytest.approx(40 / 20 / (8 / 10), rel=1e-3)
-    assert est["finding"] == ("levers measured one by one, combined as if independent: ort_int8 2.00x x "
-                              "dropping queues 1.25x")
+    assert est["finding"] == ("levers measured one by one, combined as if independent: ort_int8 (2.00x over "
+                              "batch4) x dropping queues (1.25x)")
     nothing = optimize.estimate(decided.assign(decision="left out"), "small")
     assert nothing["predicted_speedup"] is None and nothing["finding"].startswith("none:")
+
+
+def test_a_frames_time_in_the_pipeline_model():
+    st = {"decode": 1.0, "infer": 6.0, "track": 1.0}
+    assert optimize.frame_ms(st, queued=False, cores=2) == 8.0  # one after another: the sum
+    assert optimize.frame_ms(st, queued=True, cores=2) == 6.0  # queued: the slowest stage
+    assert optimize.frame_ms({"a": 3.0, "b": 3.0, "c": 3.0}, queued=True, cores=2) == 4.5  # cores shared
+
+
+def test_the_optimized_estimate_scales_the_knees_detector_stages(led):
+    """INT8 measured 'infer' at a quarter of batch4's; the knee's infer (4 ms of a 2-core queued
+    pipeline whose stages sum to 7 ms) becomes 1 ms: a frame takes max(4, 7 / 2) = 4 ms before and
+    max(2, 4 / 2) = 2 ms after."""
+    lab_run(led)
+    add(led, "ort_int8", 40, 0.76, ci=(38, 42))
+
+    def stages(step, infer, k=None):
+        st = lab.catalogue("small").get(step) or lab.Step(step, lab.flags("batch4", "small"), "batch4", "sweep")
+        led.append({**st.labels(), "step": step, "status": "ok", "env": {"cpu_count": 2},
+                    "config": {**st.flags, **({"interval": k} if k else {})},
+                    "metrics": {"fps": 50.0, "mota": 0.79, "stage_ms": {"decode": 2.0, "infer": infer, "track": 1.0}}})
+    stages("batch4", 8.0)
+    stages("ort_int8", 2.0)
+    stages("interval4", 4.0, k=4)
+    _, decided = optimize.decisions("small")
+    est = optimize.estimate(decided, "small", knee="interval4", flags={"queues": True})
+    assert est["predicted_speedup"] == pytest.approx(2.0)
+    assert "'infer' 0.25 of its time" in est["finding"] and "over 2 cores" in est["finding"]

@@ -149,7 +149,9 @@ def sweep(command, param: str, values: Sequence, *, step: str, progress: bool = 
             :class:`BenchError` stops the sweep.
         config: the options the command is built from; each value's run records
             ``{**config, <param>: value}`` (see :func:`run`).
-        **kw: passed to :func:`run` (repeats, warmup, ledger, results_dir, labels, ...).
+        **kw: passed to :func:`run` (repeats, warmup, ledger, results_dir, labels, ...); ``labels``
+            may be a function of the value (each value's own prediction, made once the values
+            before it have run).
     Returns:
         DataFrame, one row per value: the option (snake_case, e.g. ``batch_size``), ``step``,
         ``name``, ``ok``, ``error`` (None when the run succeeded), and the
@@ -166,8 +168,9 @@ def sweep(command, param: str, values: Sequence, *, step: str, progress: bool = 
         s = step.format(value=value) if "{value}" in step else step
         argv = command(value) if callable(command) else with_flag(command, flag, value)
         cfg = None if config is None else {**config, col: value}
+        each = {**kw, "labels": kw["labels"](value)} if callable(kw.get("labels")) else kw
         try:
-            r = run(argv, step=s, progress=False, name=f"{name}-{col}{value}" if name else None, config=cfg, **kw)
+            r = run(argv, step=s, progress=False, name=f"{name}-{col}{value}" if name else None, config=cfg, **each)
         except BenchError as e:
             if on_error == "raise":
                 raise
@@ -175,7 +178,7 @@ def sweep(command, param: str, values: Sequence, *, step: str, progress: bool = 
             warnings.warn(f"sweep {param} {value}: {error}", BenchWarning, stacklevel=2)
             _append(kw.get("ledger"), not_run(s, status="failed", reason=error,
                                               config=cfg if cfg is not None else config_of(argv),
-                                              labels=kw.get("labels")))
+                                              labels=each.get("labels")))
             rows.append({col: value, "step": s, "name": None, "ok": False, "error": error, "fps": float("nan")})
             continue
         rows.append({col: value, "step": r.step, "name": r.name, "ok": r.ok, "error": None, **r.metrics})
