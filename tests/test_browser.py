@@ -138,7 +138,9 @@ def test_run_all_in_the_browser(lab, name):
 
 def test_solutions_are_the_fenced_blocks_of_the_solution_cells():
     code = browser_lab.solutions(ROOT / "notebooks" / "01_Baseline_and_Nsight.ipynb")
-    assert len(code) == 2 and "--capture-range=nvtx" in code[0] and "baseline_omp_active" in code[1]
+    # the hands-on exercise's answer, then the two "Your turn" solutions
+    assert len(code) == 3 and code[0] == 'MY_TRACE = "cuda,nvtx,osrt"'
+    assert "--capture-range=nvtx" in code[1] and "baseline_omp_active" in code[2]
     assert all(not c.startswith("```") and not c.endswith("```") for c in code)
 
 
