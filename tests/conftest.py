@@ -2,10 +2,21 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+# A suite started in the background of a shell without job control (`nohup make test &`) inherits
+# SIGINT and SIGHUP ignored, and so would every program the tests start and then signal (a Ctrl-C
+# or a hangup that never arrives: the interrupt tests hung until their timeout). Restored here, the
+# programs the tests start get the default dispositions back (a Python handler is not inherited
+# across exec; SIG_DFL is).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def _nsys_reason() -> str | None:
