@@ -172,7 +172,8 @@ def above_decoding(df, steps) -> str:
     out = []
     for r in df[df["step"].isin(steps)].itertuples():
         mine = dec[(dec["n_streams"] == r.n_streams) & (dec["queued"] == r.queued)]
-        frames = int(r.frames) if getattr(r, "frames", None) == getattr(r, "frames", None) and getattr(r, "frames", None) else 0
+        frames = getattr(r, "frames", 0)
+        frames = int(frames) if frames == frames and frames else 0  # NaN or absent: unknown
         held = frames_held(r.batch, None, r.n_streams) if r.queued else 0
         if len(mine) and r.fps > mine["fps"].min():
             d = mine.loc[mine["fps"].idxmin()]

@@ -161,3 +161,12 @@ def test_summary_notebook_runs_on_a_sparse_ledger(tmp_path, rows):
     text = json.dumps(outputs)
     assert ("Only the baseline is in the ledger" if rows else "No speed-up table yet") in text
     assert "image/png" not in text  # every figure is a note until a step beside the baseline ran
+
+
+def test_the_h100_rows_that_are_no_speed_up_carry_a_computed_caveat():
+    """all_s1 ran 600 frames while its queues hold 481 (batch 32): its rate counts queued frames."""
+    df = labkit.Ledger(evidence.CONFIGURATIONS).read()
+    said = evidence.above_decoding(df, ["baseline", "fp16", "all_s1"])
+    assert "`all_s1` ran 600 frames while its queues hold up to 481 at batch 32" in said
+    assert "`baseline`" not in said and "`fp16`" not in said
+    assert evidence.above_decoding(df, ["baseline", "fp16"]) == ""

@@ -90,11 +90,17 @@ def test_the_rules_catch_what_they_name():
     assert hidden_sentences("show(lambda: lab.compare(a, 'b'))") == []
 
 
+def flagged(book, cell_type: str, find) -> str:
+    """What ``find`` flags in the notebook's cells of ``cell_type``, one "name cN: text" line each."""
+    cells = nbformat.read(book, as_version=4).cells
+    return "\n".join(f"{book.name} c{i}: {s}" for i, c in enumerate(cells) if c.cell_type == cell_type
+                     for s in find(c.source))
+
+
 @pytest.mark.parametrize("book", BOOKS, ids=[b.name[:2] for b in BOOKS])
 def test_no_estimate_is_called_a_bound(book):
-    nb = nbformat.read(book, as_version=4)
-    bad = [(i, s) for i, c in enumerate(nb.cells) if c.cell_type == "markdown" for s in bound_on_estimate(c.source)]
-    assert not bad, "\n".join(f"{book.name} c{i}: {s}" for i, s in bad)
+    bad = flagged(book, "markdown", bound_on_estimate)
+    assert not bad, bad
 
 
 def test_instructor_notes_call_no_estimate_a_bound():
@@ -104,9 +110,8 @@ def test_instructor_notes_call_no_estimate_a_bound():
 
 @pytest.mark.parametrize("book", BOOKS, ids=[b.name[:2] for b in BOOKS])
 def test_every_computed_sentence_is_displayed(book):
-    nb = nbformat.read(book, as_version=4)
-    bad = [(i, s) for i, c in enumerate(nb.cells) if c.cell_type == "code" for s in hidden_sentences(c.source)]
-    assert not bad, "\n".join(f"{book.name} c{i}: {s}" for i, s in bad)
+    bad = flagged(book, "code", hidden_sentences)
+    assert not bad, bad
 
 
 def test_every_sentence_helper_is_a_lab_name():
