@@ -126,9 +126,11 @@ def test_make_jupyter_prints_one_url_with_the_token(tmp_path):
 
 
 @pytest.mark.parametrize("name", browser_lab.notebooks(WHICH), ids=lambda n: n[:2])
-def test_run_all_in_the_browser(lab, name):
+def test_run_all_in_the_browser(lab, name, tmp_path):
+    # screenshots go to the test's own folder: the committed ones (reports/browser/) are refreshed by
+    # scripts/browser_lab.py --shots reports/browser, never by a test
     with browser_lab.chromium() as driver:
-        out = browser_lab.run_notebook(driver, lab, name, shot=ROOT / "reports" / "browser" / f"{name[:-6]}.png")
+        out = browser_lab.run_notebook(driver, lab, name, shot=tmp_path / f"{name[:-6]}.png")
     _assert_clean(out)
     if name.startswith("01"):  # the interactive timeline rendered, and its hover names a range with its duration
         lines = out.hover.splitlines()
@@ -147,12 +149,12 @@ def test_solutions_are_the_fenced_blocks_of_the_solution_cells():
 @pytest.mark.slow
 @pytest.mark.skipif(not SOLUTIONS, reason="LABKIT_BROWSER_SOLUTIONS=01 runs 01 with its solutions (2-3.5 min on 2 cores)")
 @pytest.mark.parametrize("name", browser_lab.notebooks(SOLUTIONS or ["01"]), ids=lambda n: n[:2])
-def test_solutions_in_the_browser(lab, name):
+def test_solutions_in_the_browser(lab, name, tmp_path):
     """Run All, then the notebook's exercise solutions appended as cells and run: the same checks."""
     path = ROOT / "notebooks" / name
     with browser_lab.chromium() as driver:
         out = browser_lab.run_notebook(driver, lab, name, solutions_of=path,
-                                       shot=ROOT / "reports" / "browser" / f"{name[:-6]}_solutions.png")
+                                       shot=tmp_path / f"{name[:-6]}_solutions.png")
     assert out.solution_cells == len(browser_lab.solutions(path)) > 0
     _assert_clean(out)  # out.written would list the notebook had the appended cells been saved
 
