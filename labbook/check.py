@@ -41,7 +41,9 @@ class Check:
 
 
 def _verdict(ok: bool, yes: str, no: str) -> Check:
-    return Check(ok, ("**Yes.** " + yes) if ok else ("**Not yet.** " + no))
+    said = yes if ok else no
+    said = said[:1].upper() + said[1:]  # a sentence of its own after the verdict
+    return Check(ok, ("**Yes.** " if ok else "**Not yet.** ") + said)
 
 
 def waiting(what: str) -> Check:

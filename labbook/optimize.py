@@ -178,8 +178,7 @@ def estimate(decided: pd.DataFrame, mode: str = MODE, *, knee: str | None = None
     knee row's cores); each path change dropped gives back what it cost. Without stage times, the
     levers' measured speed-ups multiplied. Nothing taken or dropped: no estimate."""
     cat = catalogue(mode)
-    g = gains(mode)
-    g = g.set_index("step") if len(g) else g
+    g = decided.set_index("step") if len(decided) else decided  # decisions(): one row per gains() row
     start = base(mode)
     rows = {r["step"]: r for r in ledger([start, knee, *decided["step"]]).to_dict("records")} if knee else {}
     here = _stage_ms(rows.get(knee, {})) if knee else {}

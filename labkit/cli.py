@@ -16,7 +16,7 @@ from pathlib import Path
 from labkit.errors import LabkitError
 from labkit.safe_text import csv_frame, terminal
 
-__all__ = ["main", "cli_profile", "cli_summary", "text_table", "report_paths"]
+__all__ = ["main", "cli_profile", "cli_summary", "text_table", "print_tables", "report_paths"]
 
 _WHAT = ("nvtx", "kernels", "memcpy", "memsize", "cuda_api", "osrt", "projection", "stages", "batches")
 
@@ -130,11 +130,15 @@ def cli_summary(argv: list[str]) -> int:
         return 1
     for note in rep.notes:
         print(f"labkit: note: {note}", file=sys.stderr)
-    _print_tables(out, args, report)
+    print_tables(out, args, report)
     return 0
 
 
-def _print_tables(out: list, args, source: str) -> None:
+def print_tables(out, args, source: str) -> None:
+    """Print named tables (``[(name, frame), ...]`` or a dict) as the command line does: a text table
+    cut to the terminal (``args.wide``: in full) or CSV (``args.csv``), a title each when several,
+    and a line naming ``source`` for an empty one."""
+    out = list(out.items()) if isinstance(out, dict) else list(out)
     for i, (w, df) in enumerate(out):
         if len(out) > 1:
             print(("\n" if i else "") + (f"# {w}" if args.csv else f"== {w} =="))
@@ -194,7 +198,7 @@ def _summary_many(p: argparse.ArgumentParser, args, what: list[str]) -> int:
         return 1
     for note in reps.notes:
         print(f"labkit: note: {note}", file=sys.stderr)
-    _print_tables(out, args, f"{len(reps)} reports (ranks {reps.ranks[0]}-{reps.ranks[-1]})")
+    print_tables(out, args, f"{len(reps)} reports (ranks {reps.ranks[0]}-{reps.ranks[-1]})")
     return 0
 
 

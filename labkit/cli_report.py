@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from labkit.cli import _terminal_width, text_table
+from labkit.cli import _terminal_width, print_tables, text_table
 from labkit.errors import LabkitError
-from labkit.safe_text import csv_frame
+from labkit.safe_text import csv_frame, terminal
 
 __all__ = ["cli_advise", "cli_bottleneck", "cli_timeline", "cli_kernels", "cli_compare"]
 
@@ -111,12 +111,11 @@ def cli_advise(argv: list[str]) -> int:
     else:
         note = df.attrs.get("note")
         if note:
-            print(note)
+            print(terminal(note))
+        from labkit.judge.advice import finding_sentence
+
         for i, r in enumerate(df.to_dict(orient="records"), 1):
-            basis = "an upper bound" if r.get("basis") == "bound" else "an estimate"
-            print(f"{i}. {r.get('finding', '')} ({r.get('evidence', '')}); predicted "
-                  f"{float(r.get('predicted_speedup', float('nan'))):.2f}x ({basis}); lever: "
-                  f"{r.get('lever_text') or r.get('lever')}")
+            print(f"{i}. {terminal(finding_sentence(r))} Lever: {terminal(r.get('lever_text') or r.get('lever'))}.")
     return 0
 
 
@@ -247,15 +246,7 @@ def cli_kernels(argv: list[str]) -> int:
     if args.json:
         _print_json({"report": str(rep.path), **out})
         return 0
-    for i, (w, df) in enumerate(out.items()):
-        if len(out) > 1:
-            print(("\n" if i else "") + (f"# {w}" if args.csv else f"== {w} =="))
-        if args.csv:
-            csv_frame(df).to_csv(sys.stdout, index=False)
-        elif len(df) == 0:
-            print(f"(no {w} data in {args.report})")
-        else:
-            print(text_table(df, width=None if args.wide else _terminal_width()))
+    print_tables(out, args, args.report)
     return 0
 
 

@@ -243,10 +243,12 @@ def test_a_result_names_its_interval_not_a_spread_of_one_run():
     never "spread 0.0%" beside it (issue 31); without one it says there is no spread."""
     import pandas as pd
 
-    metrics = {"fps": 98.0, "spread": 0.0, "repeats": 1, "fps_ci_low": 76.035, "fps_ci_high": 124.7636}
+    metrics = {"fps": 98.0, "spread": 0.0, "repeats": 1, "fps_ci_low": 76.035, "fps_ci_high": 124.7636,
+               "fps_ci_over": "batches"}
     r = bench.Result(step="interval4", name="n", command=("app",), config={}, repeats=pd.DataFrame({"fps": [98.0]}),
                      metrics=metrics, profile=None, flags=(), labels={})
-    assert "98.0 frames/s median of 1 runs, 95 % interval 76.0-124.8 frames/s," in str(r) and "spread" not in str(r)
+    assert "98.0 frames/s one measured run, 95 % interval over its batches 76.0-124.8 frames/s," in str(r)
+    assert "spread" not in str(r) and "median" not in str(r)
     alone = bench.Result(step="s", name="n", command=("app",), config={}, repeats=pd.DataFrame({"fps": [98.0]}),
                          metrics={"fps": 98.0, "spread": 0.0, "repeats": 1}, profile=None, flags=(), labels={})
     assert "one measured run: no spread" in str(alone), str(alone)

@@ -48,6 +48,11 @@ def test_advise_csv_and_text():
     text = _ok("advise", CPU).splitlines()
     assert text[0] == want.attrs["note"] and text[1].startswith(f"1. {want['finding'].iloc[0]} (")
     assert f"predicted {want['predicted_speedup'].iloc[0]:.2f}x" in text[1]
+    # the command line says a finding in the library's own words (one sentence, one home)
+    from labkit.judge.advice import finding_sentence
+
+    top = want.iloc[0]
+    assert text[1] == f"1. {finding_sentence(top)} Lever: {top['lever_text'] or top['lever']}."
 
 
 def test_bottleneck_json_and_text_are_the_python_result():

@@ -49,3 +49,27 @@ def test_judgement_invariants_hold_on_every_report(path):
     b = labkit.bottleneck(rep)
     if b.gpu_bound:  # the GPU is named only when its SMs were busier than every thread and the copies
         assert b.gpu_busy_frac > b.thread_busy_frac and b.gpu_busy_frac >= b.copy_busy_frac
+
+
+def test_blocked_time_is_computed_once_per_report_and_anew_for_a_window():
+    """stage_table, the accounting, bottleneck and the what-if model read one blocked-time answer per
+    report (Report.memo); a windowed report is a new report and gets its own, and both are what
+    the computation gives from scratch."""
+    from labkit.report.window import restrict
+    from labkit.stats.blocked import _blocked_intervals, blocked_intervals
+
+    rep = _load(FIXTURES / "real" / "hpcgroup_2024.5_pipit_cloverleaf.sqlite")  # 1,831 OS runtime calls
+    first = blocked_intervals(rep)
+    assert first and blocked_intervals(rep) is first
+    assert blocked_intervals(rep, kind="latency") is not first
+    t0, t1 = trace_span(rep)
+    part = restrict(rep, window=(t0, t0 + (t1 - t0) // 2))
+    mine = blocked_intervals(part)
+    assert mine is not first
+    for r, got in ((rep, first), (part, mine)):
+        want = _blocked_intervals(r, waits=True, kind="all")
+        assert set(got) == set(want)
+        assert all((got[g][0] == want[g][0]).all() and (got[g][1] == want[g][1]).all() for g in want)
+    # a half window holds less blocked time than the whole trace on some thread
+    total = lambda iv: sum(int((e - s).sum()) for s, e in iv.values())  # noqa: E731
+    assert total(mine) < total(first)

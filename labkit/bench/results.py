@@ -229,10 +229,12 @@ class Result:
     def __str__(self) -> str:
         flag = "" if self.ok else f"  FLAGGED: {'; '.join(self.flags)}"
         how = (f"summed over {self.metrics['processes']} processes" if "processes" in self.metrics
+               else "one measured run" if self.metrics.get("repeats") == 1
                else f"median of {self.metrics.get('repeats')} runs")
         lo, hi = self.metrics.get("fps_ci_low"), self.metrics.get("fps_ci_high")
         if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
-            noise = f"95 % interval {lo:.1f}-{hi:.1f} frames/s"  # the interval, not a spread of one run
+            over = " over its batches" if self.metrics.get("fps_ci_over") == "batches" else ""
+            noise = f"95 % interval{over} {lo:.1f}-{hi:.1f} frames/s"  # the interval, not a spread of one run
         elif (self.metrics.get("repeats") or 0) < 2 and "processes" not in self.metrics:
             noise = "one measured run: no spread"
         else:

@@ -103,6 +103,14 @@ class Report:
             self._frames[key] = df
         return self._frames[key]
 
+    def memo(self, key: tuple, build):
+        """A value derived from this report (``build()``), built once per Report: analyses that
+        several judgements read (blocked time per thread, say) ask for it by ``key``."""
+        key = ("memo", *key)
+        if key not in self._frames:
+            self._frames[key] = build()
+        return self._frames[key]
+
     nvtx = property(lambda self: self._frame("nvtx"), doc="NVTX ranges and marks, nested per thread: NVTX_COLUMNS.")
     kernels = property(lambda self: self._frame("kernels"), doc="Kernels: see KERNEL_COLUMNS.")
     memcpy = property(lambda self: self._frame("memcpy"), doc="Memory copies: see MEMCPY_COLUMNS.")

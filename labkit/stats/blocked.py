@@ -75,7 +75,16 @@ def blocked_intervals(rep, *, waits: bool = True, kind: str = "all") -> dict[int
     """Per thread (``global_tid``), the merged intervals during which it was blocked: blocking OS
     runtime calls, synchronizing CUDA calls and blocking copies, and (``waits=True``) NVTX ranges
     named as waits. ``kind="latency"``: only the OS calls that wait on the outside world
-    (:data:`LATENCY_OSRT`); ``kind="peer"``: everything else (waits on another thread or the GPU)."""
+    (:data:`LATENCY_OSRT`); ``kind="peer"``: everything else (waits on another thread or the GPU).
+    Built once per report (``Report.memo``): stage_table, the accounting, bottleneck and the what-if
+    model all read it."""
+    memo = getattr(rep, "memo", None)
+    if memo is not None:
+        return memo(("blocked_intervals", waits, kind), lambda: _blocked_intervals(rep, waits=waits, kind=kind))
+    return _blocked_intervals(rep, waits=waits, kind=kind)
+
+
+def _blocked_intervals(rep, *, waits: bool, kind: str) -> dict[int, Intervals]:
     osrt = blocking_osrt(rep)
     if kind != "all" and len(osrt):
         outside = osrt["name"].astype(str).str.match(LATENCY_OSRT)
