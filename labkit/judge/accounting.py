@@ -57,8 +57,8 @@ def _minus(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -
     if total == 0 or len(b[0]) == 0:
         return total
     bs, be = b
-    from labkit.stats.blocked import _covered  # one home for "covered before t"
-    cov = _covered((bs, be), a[1]) - _covered((bs, be), a[0])
+    from labkit.stats.blocked import covered_before  # one home for "covered before t"
+    cov = covered_before((bs, be), a[1]) - covered_before((bs, be), a[0])
     return int(total - cov.sum())
 
 
@@ -185,7 +185,7 @@ def account(rep, *, window: tuple[int, int] | None = None, steady: bool = True) 
     allev = pd.concat(events, ignore_index=True) if events else pd.DataFrame(columns=["global_tid", "start_ns",
                                                                                        "end_ns"])
     allev = allev[(allev["end_ns"] > w0) & (allev["start_ns"] < w1)]
-    names = _thread_names(rep)
+    names = thread_names(rep)
     rows = []
     for g, ev in allev.groupby("global_tid", sort=False):
         g = int(g)
@@ -223,7 +223,7 @@ def account(rep, *, window: tuple[int, int] | None = None, steady: bool = True) 
                       copies=_copies(rep, w0, w1))
 
 
-def _thread_names(rep) -> dict[int, str]:
+def thread_names(rep) -> dict[int, str]:
     t = rep.threads
     if len(t) == 0 or "global_tid" not in t.columns:
         return {}

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from labkit.judge.accounting import _thread_names as _names
+from labkit.judge.accounting import thread_names
 from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait
 from labkit.stats.idle import busy_intervals
 from labkit.stats.stages import stage_labels
@@ -53,7 +53,7 @@ class WhatIf:
         ev = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["global_tid", "start_ns",
                                                                                     "end_ns"])
         ev = ev[(ev["end_ns"] > w0) & (ev["start_ns"] < w1)]
-        names = _names(rep)
+        names = thread_names(rep)
         # Without an OS runtime trace, a thread's time outside its ranges may be a wait nothing
         # recorded (a queue get): an annotated thread then owns only its ranges' time.
         osrt = len(rep.osrt) > 0

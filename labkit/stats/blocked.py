@@ -107,7 +107,7 @@ def _blocked_intervals(rep, *, waits: bool, kind: str) -> dict[int, Intervals]:
     return out
 
 
-def _covered(iv: Intervals, t: np.ndarray) -> np.ndarray:
+def covered_before(iv: Intervals, t: np.ndarray) -> np.ndarray:
     """Time covered by the sorted disjoint intervals ``iv`` before each instant of ``t``."""
     s, e = iv
     if len(s) == 0:
@@ -132,5 +132,5 @@ def blocked_in(frame: pd.DataFrame, blocked: dict[int, Intervals]) -> np.ndarray
     for tid, iv in blocked.items():
         m = g == tid
         if m.any():
-            out[m] = _covered(iv, e[m]) - _covered(iv, s[m])
+            out[m] = covered_before(iv, e[m]) - covered_before(iv, s[m])
     return out
