@@ -28,7 +28,7 @@ It holds what every notebook needs and no lesson; each module has one job:
 """
 from labbook.app import app_argv, app_command, app_options, backends, capture_range, device_of, unavailable
 from labbook.commands import agreement, nsys_on_path, stats_report
-from labbook.display import (best, compare, copies, jumps, kernels, overlap, ranges, report, table_columns,
+from labbook.display import (best, compare, copies, jumps, kernels, overlap, ranges, report, table_columns, tied,
                              warmup_batches, window)
 from labbook.latency import camera_clip, frames_held, littles_law
 from labbook.latency import lesson as latency_lesson
@@ -56,7 +56,7 @@ __all__ = [
     "show_frame", "Step", "catalogue", "flags", "builds_on_map", "app_options", "app_argv", "app_command",
     "backends", "device_of", "unavailable", "capture_range", "Outcome", "run_step", "sweep", "ledger", "speedup",
     "reference_table", "reference_configurations", "both_machines", "reference_rows", "fastest", "report",
-    "kernels", "copies", "ranges", "overlap", "window", "warmup_batches", "compare", "best", "table_columns",
+    "kernels", "copies", "ranges", "overlap", "window", "warmup_batches", "compare", "best", "tied", "table_columns",
     "jumps", "say", "configure_pandas", "advice", "prediction", "verdict", "next_lever",
     "nsys_on_path", "stats_report", "agreement", "camera_clip", "frames_held", "littles_law", "latency_lesson",
     "check", "evidence", "interval", "optimize", "summary", "ensure",

@@ -100,7 +100,8 @@ def overlap(x) -> Check:
     st = labkit.stage_table(rep, warmup=w)
     ov = stage_overlap(rep, warmup=w)
     busy = {r.stage: int(r.threads) for r in st.itertuples()}
-    tids = rep.nvtx.loc[rep.nvtx["kind"] != "mark", "global_tid"].nunique() if len(rep.nvtx) else 0
+    nv = rep.nvtx
+    tids = nv.loc[(nv["kind"] != "mark") & nv["name"].isin(list(busy)), "global_tid"].nunique() if len(nv) else 0
     ok = tids > 1 and ov["overlap_frac"] >= OVERLAP_MIN
     said = (f"the stages ran on {tids} thread(s), and {ov['overlap_frac']:.0%} of their busy time ran beside another "
             f"stage (concurrency {ov['concurrency']:.2f}; threads per stage: "
@@ -143,7 +144,8 @@ def input_size(x, before, input_hw: str, before_hw: str) -> Check:
             f"time for {px:.0%} of the pixels")
     follows = abs(t - px) <= PIXEL_SLACK * max(px, 1.0) or (px < 1 and px <= t < 1) or (px > 1 and 1 < t <= px)
     return _verdict(follows and (t < 1) == (px < 1), said + ": the convolutions' cost follows the pixels; what does "
-                    "not (the fixed cost of a call, the tracker's boxes) keeps the ratio from matching exactly.",
+                    "not (the fixed cost of a call, layers whose cost does not scale with the image) keeps the ratio from "
+                    "matching exactly.",
                     said + ": the time did not follow the pixels. Was the other run loaded, or is `infer` "
                     "bound by something besides its convolutions here?")
 

@@ -155,10 +155,26 @@ def best(frame, option: str, metric: str = "fps"):
     return f.loc[f[metric].idxmax(), option]
 
 
+def tied(frame, option: str) -> list:
+    """The values of ``option`` whose frames/s are within noise of the best's: their 95 % intervals
+    (``fps_ci_low``/``fps_ci_high``) overlap the best row's. Only the best where rows have no interval."""
+    f = frame.dropna(subset=["fps"])
+    if len(f) == 0:
+        raise ValueError("no row has a 'fps' value")
+    top = f.loc[f["fps"].idxmax()]
+    if not {"fps_ci_low", "fps_ci_high"} <= set(f.columns) or not top["fps_ci_low"] == top["fps_ci_low"]:
+        return [top[option]]
+    lo, hi = f["fps_ci_low"].fillna(f["fps"]), f["fps_ci_high"].fillna(f["fps"])
+    return list(f.loc[(hi >= top["fps_ci_low"]) & (lo <= top["fps_ci_high"]), option])
+
+
 def table_columns(frame, *extra: str):
     """The columns of a ledger or sweep frame worth showing: step, fps, latency, accuracy, and
     why a step did not run (``status``, ``reason``, a sweep's ``error``) where one did not."""
-    cols = ["step", *extra, "fps", "spread", "latency_p50_ms", "latency_p99_ms", "map50", "mota"]
+    # fps with its 95 % interval; the spread of repeats only where there were repeats to spread
+    spread = ["spread"] if "spread" in frame.columns and frame["spread"].notna().any() else []
+    cols = ["step", *extra, "fps", "fps_ci_low", "fps_ci_high", *spread, "latency_p50_ms", "latency_p99_ms", "map50",
+            "mota"]
     for why in ("error", "reason"):
         if why in frame.columns and frame[why].notna().any():
             cols += ["status", why] if why == "reason" else [why]

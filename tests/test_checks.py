@@ -17,7 +17,8 @@ OSRT = ROOT / "tests" / "fixtures" / "real" / "NTHU-SC_2025.1_icon_graupel_gpu.s
 
 
 def test_stages_on_their_own_threads_overlap_and_the_synchronous_run_does_not():
-    assert check.overlap(str(REF / "queues.sqlite")).ok is True
+    queued = check.overlap(str(REF / "queues.sqlite"))
+    assert queued.ok is True and "The stages ran on 6 thread(s)" in queued.text  # the stages' threads only
     sync = check.overlap(str(REF / "baseline.sqlite"))
     assert sync.ok is False and "1 thread(s)" in sync.text and "Which option" in sync.text
 

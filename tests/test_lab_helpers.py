@@ -434,3 +434,21 @@ def test_exercise_runs_stay_out_of_the_lab_table(ledger):
     assert t.steps.loc["queues", "builds_on"] == "baseline" and t.over_builds_on.iloc[:, 0]["queues"] == 2.0
     assert "baseline_omp_active" in lab.speedup(exercises=True).speedup.index
     assert list(lab.jumps(t).index) == ["queues"]
+
+
+def test_table_columns_show_the_interval_and_a_spread_only_where_repeats_made_one():
+    """One measured run (small and full CPU mode) has no spread: the table shows its interval, not a
+    column of None; rows with a spread of repeats keep it."""
+    one = pd.DataFrame({"step": ["a"], "fps": [10.0], "spread": [None], "fps_ci_low": [9.0], "fps_ci_high": [11.0]})
+    assert list(lab.table_columns(one)) == ["step", "fps", "fps_ci_low", "fps_ci_high"]
+    three = one.assign(spread=[0.05])
+    assert list(lab.table_columns(three)) == ["step", "fps", "fps_ci_low", "fps_ci_high", "spread"]
+
+
+def test_tied_names_the_values_within_noise_of_the_best():
+    """03's sentence: batch 2 on top at 19.0 frames/s (18.0-20.0) is within noise of batch 4 (15.7-20.3),
+    not of batch 1 (12.3-13.7); rows without an interval leave only the best."""
+    f = pd.DataFrame({"batch_size": [1, 2, 4], "fps": [13.1, 19.0, 18.6],
+                      "fps_ci_low": [12.3, 18.0, 15.7], "fps_ci_high": [13.7, 20.0, 20.3]})
+    assert lab.best(f, "batch_size") == 2 and lab.tied(f, "batch_size") == [2, 4]
+    assert lab.tied(f[["batch_size", "fps"]], "batch_size") == [2]
