@@ -139,11 +139,13 @@ class Accounting:
             return "thread"
         return "gpu" if self.sm_ms >= self.copy_ms else "copies"
 
-    def floor_ms(self, *, without_thread: int | None = None, gpu: bool = True) -> float:
+    def floor_ms(self, *, without_thread: int | None = None, gpu: bool = True, less: dict | None = None) -> float:
         """The least the window can shrink to when one thread's busy time goes: the busiest other
-        resource (the other threads and, with ``gpu``, the SMs)."""
+        resource (the other threads and, with ``gpu``, the SMs). ``less``: ms (tid -> ms) that goes
+        from other threads with it (a worker pool's time inside the stage that changes)."""
         t = self.threads
-        others = t[t["global_tid"] != without_thread]["busy_ms"] if without_thread is not None else t["busy_ms"]
+        busy = t["busy_ms"] - t["global_tid"].map(lambda g: float((less or {}).get(int(g), 0.0)))
+        others = busy[t["global_tid"] != without_thread] if without_thread is not None else busy
         return float(max(others.max() if len(others) else 0.0, self.sm_ms if gpu else 0.0))
 
     def sentence(self) -> str:

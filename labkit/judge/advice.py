@@ -167,14 +167,15 @@ def _amdahl(r: dict, ev: Evidence) -> None:
     ``saves_ms`` the time the prediction removes from it. The lever touches at most the finding's
     stage (its work time in the window), the busiest thread's launch calls for a launch finding
     (:data:`LAUNCH_RULES`) or, for any other finding, everything but the busiest resource it leaves
-    alone (another thread, or the SMs for a host-side lever); the prediction never exceeds
+    alone (another thread, less the helper time that goes with the finding's stage, or the SMs for a
+    host-side lever); the prediction never exceeds
     ``window_ms / (window_ms - saves_ms)``."""
     w = float(ev.wall_ms)
     r["window_ms"] = w
     acc = ev.acc
     b = acc.busiest
     other = acc.floor_ms(without_thread=int(b["global_tid"]) if b is not None else None,
-                         gpu=r["lever"] not in GPU_LEVERS)
+                         gpu=r["lever"] not in GPU_LEVERS, less=r.pop("helpers_ms", None))
     if r["lever"] in GPU_LEVERS and acc.limiter == "gpu" and b is not None:
         other = max(other, float(b["busy_ms"]))  # faster kernels leave every thread's own work
     touch = w - other

@@ -26,10 +26,13 @@ OTHERS_KEEP = "the thread's other work and the kernels keep their measured times
 # ----------------------------------------------------------------------------- stages
 # Stage findings read the what-if model (labkit.judge.whatif): each predicts the model's run length
 # before over after its change, so a change to a thread that does not limit the run predicts nothing.
+HELPERS = ("a thread without ranges of its own (a library's worker pool) works for the stage whose ranges it "
+           "overlaps, and its time there changes with that stage's")
+"""The what-if model's assumption about unannotated threads (labkit.judge.whatif.WhatIf.helpers)."""
 MODEL = ("every other thread and engine keeps its measured time, and the threads' CPU time shares the profiled "
-         "machine's cores; " + STAGE_TIMES)
+         "machine's cores; " + HELPERS + "; " + STAGE_TIMES)
 BOUND_MODEL = ("every other thread and engine keeps its measured time (measured under the run's own contention for "
-               "cores), and the threads' CPU time shares the profiled machine's cores")
+               "cores), and the threads' CPU time shares the profiled machine's cores; " + HELPERS)
 """The model's assumptions said with a bound: the same as :data:`MODEL`'s, without calling it an estimate."""
 SETUP_WORDS = ("setup", "launch", "overhead", "prepare", "init", "alloc")
 """A range nested in each call of a stage whose name holds one of these is that call's fixed cost:
@@ -138,16 +141,17 @@ def dominant(ev: Evidence) -> list[dict]:
         lever = "gpu_offload" if len(ev.kernels) and not on_gpu else "cheaper_stage"
         out.append(dict(row("dominant_stage", f"One stage, '{stage}', dominates", text + "; the prediction is the "
                             f"most a cheaper '{stage}' can give: '{stage}' taking no time at all", lever,
-                            m.speedup({tid: ms}), "bound", f"'{stage}' costs nothing; {BOUND_MODEL}", stage),
-                            touch_ms=ms))
+                            m.speedup({tid: ms}, stages=[stage]), "bound", f"'{stage}' costs nothing; {BOUND_MODEL}",
+                            stage), touch_ms=ms, helpers_ms=m.helped({tid: ms}, [stage])))
     group = ([stage] + [g for g in ev.skip_with if g != stage]) if stage in ev.skip_with else [stage]
     k = ev.skip_every
     cut = ev.model.stages[ev.model.stages["stage"].isin(group)]
     removed = (cut.groupby("tid")["own_ms"].sum() * (k - 1) / k).to_dict()
     out.append(dict(row("skip_work", f"Stage '{stage}' could run on fewer items", text + f"; run on 1 item in {k}, "
-                        f"{', '.join(group)} would take 1/{k} of their time", "skip_work", m.speedup(removed),
-                        "estimate", f"the stages {', '.join(group)} run on 1 item in {k} (K={k}) at their measured "
-                        f"time per item; {MODEL}", stage), touch_ms=float(sum(removed.values()))))
+                        f"{', '.join(group)} would take 1/{k} of their time", "skip_work",
+                        m.speedup(removed, stages=group), "estimate", f"the stages {', '.join(group)} run on 1 item "
+                        f"in {k} (K={k}) at their measured time per item; {MODEL}", stage),
+                    touch_ms=float(sum(removed.values())), helpers_ms=m.helped(removed, group)))
     return out
 
 
@@ -161,9 +165,11 @@ def removable(ev: Evidence, names) -> list[dict]:
         if ms < 0.005 * ev.wall_ms:  # under half a percent of the window: nothing to switch off
             continue
         text = f"'{stage}' takes {ms:.0f} ms of its threads' own time and the output does not need it"
+        gone = mine.groupby("tid")["own_ms"].sum().to_dict()
         out.append(dict(row("removable_stage", f"Stage '{stage}' can be switched off", text, "remove_stage",
-                            ev.model.speedup(mine.groupby("tid")["own_ms"].sum().to_dict()), "estimate",
-                            f"the other stages keep their times; {MODEL}", stage), touch_ms=ms))
+                            ev.model.speedup(gone, stages=[stage]), "estimate",
+                            f"the other stages keep their times; {MODEL}", stage), touch_ms=ms,
+                        helpers_ms=ev.model.helped(gone, [stage])))
     return out
 
 
@@ -226,8 +232,9 @@ def fitted_batch(ev: Evidence) -> list[dict]:
         text = (f"'{stage}' ran {calls} calls on {n} items; a call costs {fixed:.1f} ms whatever it carries (the "
                 f"caller's fit), so {needed} calls of {ev.batch_to} would save {saved:.0f} ms of its own time")
         out.append(dict(row("fitted_batch", f"Calls of '{stage}' in batches of {ev.batch_to}", text, "batch",
-                            ev.model.speedup(removed), "estimate", f"a call of '{stage}' costs the fitted fixed part "
-                            f"once and each item its measured time; {MODEL}", stage), touch_ms=saved))
+                            ev.model.speedup(removed, stages=[stage]), "estimate", f"a call of '{stage}' costs the "
+                            f"fitted fixed part once and each item its measured time; {MODEL}", stage), touch_ms=saved,
+                        helpers_ms=ev.model.helped(removed, [stage])))
     return out
 
 

@@ -16,7 +16,8 @@ largest own time of any thread, no shorter than the SMs' or the copy engines' bu
 stages moved to new threads); with no change it is exactly 1. The model's assumptions, said with
 every finding: every other thread and engine keeps its measured time; the threads' CPU time
 shares the profiled machine's cores (``CpuCores`` in the report), so a change off the limiting
-thread still pays where the cores were full.
+thread still pays where the cores were full; a thread without ranges of its own (a library's worker
+pool) works for the stages whose ranges it overlaps, and its time there changes with theirs.
 """
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ class WhatIf:
         threads: tid, thread, own_ms, latency_ms, wait_ms (one row per thread with traced events).
         stages: tid, thread, stage, own_ms, latency_ms (self time of the stage's ranges on that thread).
         floor_ms: the SMs' and the copy engines' busy time, the least any change leaves.
+        helpers: threads with traced events but no work ranges of their own, such as a library's worker
+            pool (OpenMP, ONNX Runtime's intra-op threads): their time inside a stage's ranges is counted
+            as that stage's work, so it shrinks when the stage does (:meth:`helped`).
     """
 
     def __init__(self, rep, window: tuple[int, int], stages, *, sm_ms: float = 0.0, copy_ms: float = 0.0):
@@ -62,11 +66,13 @@ class WhatIf:
         if len(work):
             work = work[~work["name"].map(is_wait).astype(bool)]
         rows = []
+        self._extent: dict[int, tuple[int, int]] = {}
         for g, e in ev.groupby("global_tid", sort=False):
             g = int(g)
             x0, x1 = max(w0, int(e["start_ns"].min())), min(w1, int(e["end_ns"].max()))
             if x1 <= x0:
                 continue
+            self._extent[g] = (x0, x1)
             mine = work[work["global_tid"] == g] if len(work) else work
             if osrt or len(mine) == 0:
                 s, e_ = np.array([x0]), np.array([x1])
@@ -83,6 +89,14 @@ class WhatIf:
         self.threads = pd.DataFrame(rows, columns=["tid", "thread", "own_ms", "latency_ms", "wait_ms"])
         self.cores = rep.meta.get("cpu_cores")  # the profiled machine's, where the report says
         self.stages = self._stages(rep, window, stages, peer, lat, names)
+        # helpers: traced threads without work ranges of their own (a library's worker pool: OpenMP,
+        # ONNX Runtime's intra-op threads, MKL), counted as working for the stages they overlap
+        annotated = set(work["global_tid"].astype("int64")) if len(work) else set()
+        self.helpers = [int(g) for g in self.threads["tid"] if int(g) not in annotated]
+        inside = work[(work["start_ns"] >= w0) & (work["end_ns"] <= w1)] if len(work) else work
+        self._ranges = inside.assign(label=stage_labels(inside)) if len(inside) else inside
+        self._peer = peer
+        self._helper_ms: dict = {}
 
     @staticmethod
     def _stages(rep, window, stages, peer, lat, names) -> pd.DataFrame:
@@ -132,12 +146,49 @@ class WhatIf:
             cpu = float((own - lat).clip(lower=0).sum() + sum(new)) / self.cores
         return float(max([own.max() if len(own) else 0.0, *new, self.floor_ms, cpu]))
 
-    def speedup(self, removed: dict[int, float] | None = None, new: list[float] = ()) -> float:
+    def helper_ms(self, tid: int, stages) -> dict[int, float]:
+        """Each helper thread's own time (ms) inside the ranges of ``stages`` on thread ``tid``: the
+        work a worker pool did for those stages (the model's assumption; see :attr:`helpers`)."""
+        key = (int(tid), tuple(sorted(map(str, stages))))
+        if key not in self._helper_ms:
+            out = {}
+            r = self._ranges
+            if self.helpers and len(r):
+                r = r[(r["global_tid"] == key[0]) & (r["label"].isin(key[1]) | r["name"].isin(key[1]))]
+            if self.helpers and len(r):
+                s, e = busy_intervals(r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64))
+                for h in self.helpers:
+                    x0, x1 = self._extent[h]
+                    hs, he = np.clip(s, x0, x1), np.clip(e, x0, x1)
+                    span = pd.DataFrame({"global_tid": h, "start_ns": hs, "end_ns": he})
+                    ms = (int(np.sum(he - hs)) - int(blocked_in(span, self._peer).sum())) / 1e6
+                    if ms > 0:
+                        out[h] = ms
+            self._helper_ms[key] = out
+        return self._helper_ms[key]
+
+    def helped(self, removed: dict[int, float], stages) -> dict[int, float]:
+        """The helper time (tid -> ms) that goes with taking ``removed`` (tid -> ms) off ``stages``:
+        each helper's time inside those stages' ranges, in the share of the stages' own time removed."""
+        out: dict[int, float] = {}
+        if not stages or not self.helpers:
+            return out
+        st = self.stages
+        for tid, ms in removed.items():
+            own = float(st.loc[(st["tid"] == tid) & st["stage"].isin(list(stages)), "own_ms"].sum())
+            frac = min(ms / own, 1.0) if own > 0 else 0.0
+            for h, t in self.helper_ms(tid, stages).items():
+                out[h] = out.get(h, 0.0) + frac * t
+        return out
+
+    def speedup(self, removed: dict[int, float] | None = None, new: list[float] = (), *, stages=()) -> float:
         """Length now over length after taking ``removed`` (tid -> ms) off threads and adding threads
-        of ``new`` own time; 1.0 when nothing changes."""
+        of ``new`` own time; 1.0 when nothing changes. ``stages``: the stages the removed time is
+        taken from: helper threads lose their time inside those stages' ranges in the same share
+        (:meth:`helped`)."""
         now = self.length()
         own = self.threads.set_index("tid")["own_ms"].copy()
-        for tid, ms in (removed or {}).items():
+        for tid, ms in [*(removed or {}).items(), *self.helped(removed or {}, stages).items()]:
             if tid in own.index:
                 own[tid] = max(own[tid] - ms, 0.0)
         after = self.length(own, list(new))
