@@ -24,7 +24,7 @@ from __future__ import annotations
 import pandas as pd
 from labkit.judge.advice import MIN_GAIN
 
-from labbook.interval import FLOOR_ACCURACY, accuracy_floor, base, interval_rows
+from labbook.interval import FLOOR_ACCURACY, accuracy_floor, base, interval_rows, within_floor
 from labbook.predict import change_of, ratio_interval
 from labbook.reference import ledger
 from labbook.settings import MODE
@@ -119,7 +119,7 @@ def decisions(mode: str = MODE, *, floor: float | None = None) -> tuple[dict, pd
             rows.append({**r._asdict(), "decision": "left out", "why": f"did not pay beyond the noise: {figures}"})
             continue
         int8 = st.flags.get("precision") == "int8"
-        if int8 and (floor is None or not (r.mota == r.mota) or r.mota is None or r.mota < floor):
+        if int8 and (floor is None or not within_floor(r.mota, floor)):
             said = "no floor yet (run 06's sweep first)" if floor is None else (
                 f"MOTA {r.mota:.3f} below the floor {floor:.3f}" if r.mota == r.mota and r.mota is not None
                 else "no MOTA in its row")

@@ -89,7 +89,7 @@ def fastest(candidates, *, accuracy_floor: float | None = None, accuracy: str = 
     rows faster than their own decoding (``above_decode_ceiling``: no speed-up, see labkit.bench).
 
     ``accuracy_floor``: leave out steps whose ``accuracy`` (default MOTA, the accuracy notebook
-    06's floor is set on: ``labbook.interval.floor()``) is below it.
+    06's floor is set on: ``labbook.interval.floor()``) is below it (``labbook.interval.within_floor``).
     """
     df = ledger(candidates)
     if "fps" not in df.columns or df["fps"].notna().sum() == 0:
@@ -98,7 +98,9 @@ def fastest(candidates, *, accuracy_floor: float | None = None, accuracy: str = 
     if "above_decode_ceiling" in df.columns:
         df = df[df["above_decode_ceiling"].ne(True)]
     if accuracy_floor is not None and accuracy in df.columns:
-        df = df[df[accuracy].isna() | (df[accuracy] >= accuracy_floor)]
+        from labbook.interval import within_floor
+
+        df = df[df[accuracy].isna() | df[accuracy].map(lambda v: within_floor(v, accuracy_floor))]
     if len(df) == 0:
         raise ValueError(f"none of {list(candidates)} is within the accuracy floor {accuracy_floor} with a "
                          "defensible fps: run notebook 06 again, or lower the floor")

@@ -91,7 +91,10 @@ def facts(table) -> dict:
     machine = table.machines[0]
     floor, mota_col = _floor(), table.accuracy.get(f"mota ({machine})")
     if floor is not None and mota_col is not None:  # the fastest step within notebook 06's floor
-        sp = sp[[not (mota_col.get(st, math.nan) < floor) for st in sp.index]]
+        from labbook.interval import within_floor
+
+        mota = [mota_col.get(st, math.nan) for st in sp.index]
+        sp = sp[[v != v or within_floor(v, floor) for v in mota]]  # a step without MOTA stays
     over = table.over_builds_on[machine].dropna() if machine in table.over_builds_on else sp.iloc[:0]
     out = {"machine": machine, "fastest": sp.idxmax(), "fastest_x": float(sp.max()), "floor": floor,
            "baseline_fps": float(table.values.loc[table.baseline, machine]),
