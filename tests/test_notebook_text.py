@@ -47,8 +47,10 @@ def python_of(source: str) -> str:
 
 
 def _is_helper(n) -> bool:
+    """A call whose value only shows when displayed: a lab sentence, or a labkit figure (``plot_*``)."""
     return (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
-            and n.func.value.id == "lab" and n.func.attr in SENTENCE_HELPERS)
+            and ((n.func.value.id == "lab" and n.func.attr in SENTENCE_HELPERS)
+                 or (n.func.value.id == "labkit" and n.func.attr.startswith("plot_"))))
 
 
 def _helper_calls(node) -> list[ast.Call]:
@@ -88,6 +90,8 @@ def test_the_rules_catch_what_they_name():
     assert hidden_sentences("%matplotlib inline\nx = 1\nlab.say('a') if x else lab.say('b')") == []
     assert hidden_sentences("if ok:\n    display(lab.say('x'))\nlab.verdict('s')") == []
     assert hidden_sentences("show(lambda: lab.compare(a, 'b'))") == []
+    assert hidden_sentences("if reps is not None:\n    labkit.plot_rank_timeline(reps)") == ["labkit.plot_rank_timeline(reps)"]
+    assert hidden_sentences("labkit.plot_rank_timeline(reps) if reps is not None else None") == []
 
 
 def flagged(book, cell_type: str, find) -> str:
