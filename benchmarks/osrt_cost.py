@@ -3,9 +3,15 @@
 Runs one configuration of the application under ``nsys profile`` with ``--trace=cuda,nvtx`` and with
 ``--trace=cuda,nvtx,osrt``, alternating, ROUNDS times each (plus the same number of runs without nsys),
 and prints per trace: the application's own frames/s (median and range; its timed frames only, so
-nsys's start and the export are not in it), the run's wall time, the report's size, the export to
-SQLite (seconds) and the OS runtime calls recorded. The default is the lab's baseline on the small
-clip (the synchronous pipeline: decode reads the file, the stages run one after another).
+nsys's start and the export are not in it), the run's wall time, the report's size, labkit's load of
+it (the export to SQLite and the read, seconds) and the OS runtime calls recorded. The default is the
+lab's baseline on the small clip (the synchronous pipeline: decode reads the file, the stages run one
+after another).
+
+Seen on the 2-core CPU VM (2026-11-26, Debian nsys 2022.4.2.1, nothing else running; the defaults):
+no nsys 34.01 frames/s (32.01-34.40); ``cuda,nvtx`` 33.46 (-1.6 %), a 0.17 MiB report; ``cuda,nvtx,osrt``
+33.17 (-2.5 %), 0.32 MiB and 8,761 OS runtime calls: tracing OS runtime calls cost about one per cent
+of frames/s more, inside the runs' own range, and doubled the report.
 
     python benchmarks/osrt_cost.py [--input CLIP] [--frames 300] [--rounds 3] [--out reports/osrt-cost]
         [-- EXTRA APP FLAGS]
@@ -80,13 +86,13 @@ def main(argv: list[str] | None = None) -> int:
             export_s = time.perf_counter() - t1
             calls = len(rep.osrt) if getattr(rep, "osrt", None) is not None else 0
             rows[trace].append({"fps": _fps(res), "wall_s": wall, "export_s": export_s,
-                                "report_mb": rec.nsys_rep.stat().st_size / 2**20, "osrt_calls": calls})
+                                "report_mb": rec.nsys_rep.stat().st_size / 2**20, "osrt_calls": calls})  # export_s: load
             print(f"round {rnd + 1}: {trace:>15}: {rows[trace][-1]['fps']:.2f} frames/s", file=sys.stderr)
     env = fingerprint()
     print(f"machine: {machine_label(env)}; nsys {env.get('nsys')}; clip {clip.name}, {args.frames} frames "
           f"({args.warmup} warm-up), input {args.input_hw}, {' '.join(extra) or 'the baseline'}; "
           f"{args.rounds} rounds, alternating")
-    print("| trace | frames/s, median (range) | wall s | report MiB | export s | OS runtime calls |")
+    print("| trace | frames/s, median (range) | wall s | report MiB | load s (export + read) | OS runtime calls |")
     print("|---|---|---|---|---|---|")
     base = statistics.median(r["fps"] for r in rows["none"])
     for trace, rs in rows.items():
