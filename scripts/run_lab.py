@@ -174,8 +174,30 @@ def failures(ledger: Path, since) -> dict[str, str]:
     return {str(step): str(reason) for step, reason in zip(bad["step"], bad.get("reason", [""] * len(bad)))}
 
 
+def longest_cell(path: Path) -> tuple[int, float] | None:
+    """(index, seconds) of the executed notebook's longest code cell, from the execution times nbclient
+    records in each cell's metadata (``iopub.execute_input`` to ``shell.execute_reply``); None
+    without them."""
+    import nbformat
+
+    try:
+        cells = nbformat.read(path, as_version=4).cells
+    except (OSError, ValueError):
+        return None
+    times = []
+    for i, c in enumerate(cells):
+        ex = c.get("metadata", {}).get("execution", {})
+        a, b = ex.get("iopub.execute_input"), ex.get("shell.execute_reply")
+        if a and b:
+            t = (datetime.datetime.fromisoformat(b.replace("Z", "+00:00"))
+                 - datetime.datetime.fromisoformat(a.replace("Z", "+00:00"))).total_seconds()
+            times.append((i, t))
+    return max(times, key=lambda x: x[1]) if times else None
+
+
 def record_timing(out_dir: Path, book: str, seconds: float, mode: str) -> dict:
-    """Add one notebook's time to ``out_dir/timings.json`` (keeping the other notebooks' entries)."""
+    """Add one notebook's time to ``out_dir/timings.json`` (keeping the other notebooks' entries),
+    with its longest cell (index and seconds, :func:`longest_cell`) where the executed copy says."""
     path = out_dir / "timings.json"
     try:
         timings = json.loads(path.read_text()) if path.exists() else {}
@@ -184,6 +206,9 @@ def record_timing(out_dir: Path, book: str, seconds: float, mode: str) -> dict:
         timings = {}
     timings[book] = {"seconds": round(seconds, 1), "mode": mode,
                      "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    longest = longest_cell(out_dir / book)
+    if longest:
+        timings[book].update(longest_cell=longest[0], longest_cell_s=round(longest[1], 1))
     check_writable(out_dir)  # a folder it creates is the lab's (make reset)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(dict(sorted(timings.items())), indent=1) + "\n")

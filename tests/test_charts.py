@@ -197,3 +197,21 @@ def test_stage_colours_are_labkit_style_in_every_plot(ledger_frame):
     leg = tl.axes[0].get_legend()
     drawn = {t.get_text(): to_hex(h.get_facecolor()) for t, h in zip(leg.get_texts(), leg.legend_handles)}
     assert {k: drawn[k] for k in STAGE_COLORS} == STAGE_COLORS
+
+
+def test_each_bar_is_coloured_by_its_side_and_the_legend_names_it(tmp_path):
+    """07's text reads the colours off the chart: a bar below its estimate is not painted as a success,
+    a bar inside its bound is told apart from one within the noise of an estimate."""
+    import matplotlib.colors as mcolors
+
+    table = _predicted_ledger(tmp_path, [("baseline", 10.0, None, None), ("queues", 11.5, "baseline", 1.18),
+                                         ("no_osd", 12.0, "queues", 1.5), ("compile", 15.0, "no_osd", (11.3, "bound")),
+                                         ("fp16", 45.0, "compile", 1.2), ("int8", 50.0, "fp16", None)])
+    p = charts.predictions(table)
+    assert p["side"].fillna("none").tolist() == ["within", "below", "inside", "above", "none"]
+    ax = charts.predicted_vs_measured(table).axes[0]
+    want = [charts.SIDE_COLORS[s] for s in ("within", "below", "inside", "above")] + ["tab:gray"]
+    assert [mcolors.to_hex(b.get_facecolor()) for b in ax.patches[:5]] == [mcolors.to_hex(c) for c in want]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["estimate", "within the noise of its estimate", "inside its bound", "below its estimate",
+                      "above its estimate or bound", "no estimate"]

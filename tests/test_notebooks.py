@@ -96,8 +96,9 @@ def test_run_notebook_quietly_and_names_a_failing_cell(tmp_path):
     saved with its outputs; a failing one raises NotebookError and keeps the executed copy."""
     import nbformat
 
-    for name, source in (("good.ipynb", "print(6 * 7)"), ("bad.ipynb", "raise ValueError('no video here')")):
-        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    for name, source in (("good.ipynb", "print(6 * 7)\n#\nimport time; time.sleep(0.4)"),
+                         ("bad.ipynb", "raise ValueError('no video here')")):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in source.split("\n#\n")])
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nbformat.write(nb, tmp_path / name)
     script = (
@@ -106,6 +107,8 @@ def test_run_notebook_quietly_and_names_a_failing_cell(tmp_path):
         "seconds, failed = run_notebook(folder / 'good.ipynb', folder / 'out', mode='small', timeout=60,\n"
         "                               ledger=folder / 'ledger.jsonl')\n"
         "print('good', seconds > 0, failed)\n"
+        "t = record_timing(folder / 'out', 'good.ipynb', seconds, 'small')['good.ipynb']\n"
+        "print('longest', t['longest_cell'], t['longest_cell_s'] >= 0.4)\n"
         "try:\n"
         "    run_notebook(folder / 'bad.ipynb', folder / 'out', mode='small', timeout=60, ledger=folder / 'l.jsonl')\n"
         "except NotebookError as exc:\n"
@@ -114,6 +117,7 @@ def test_run_notebook_quietly_and_names_a_failing_cell(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "good True {}" in out.stdout
+    assert "longest 1 True" in out.stdout  # the sleeping cell, from the times nbclient recorded
     assert f"bad run_lab: bad.ipynb failed (executed copy with the error: {tmp_path / 'out' / 'bad.ipynb'})" in out.stdout
     assert "without encryption" not in out.stderr and "WARNING" not in out.stderr, out.stderr
     good = nbformat.read(tmp_path / "out" / "good.ipynb", as_version=4)

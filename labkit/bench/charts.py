@@ -228,12 +228,20 @@ def _side(measured: float, predicted: float, bound: bool = False) -> str:
     return "above" if measured > predicted else "below"
 
 
+SIDE_COLORS = {"within": "tab:green", "inside": "tab:blue", "below": "tab:orange", "above": "tab:red",
+               "slower": "tab:purple"}
+"""The bar colour of each ``side`` of :func:`predictions` (grey: no estimate)."""
+SIDE_LABELS = {"within": "within the noise of its estimate", "inside": "inside its bound",
+               "below": "below its estimate", "above": "above its estimate or bound", "slower": "slower than before"}
+
+
 def predicted_vs_measured(table: SpeedupTable, *, machine: str | None = None, title: str | None = None):
     """Measured speed-up of each step over the step it builds on (bars), with the estimate
     it ran under (a black tick; none where the step had no estimate).
 
-    A bar above its tick measured more than its estimate: the estimate's assumptions missed a gain. The
-    dashed line marks 1x (no gain over the step built on). Raises ValueError when no step has a
+    A bar above its tick measured more than its estimate: the estimate's assumptions missed a gain. Each
+    bar's colour is its ``side`` (:data:`SIDE_COLORS`, named in the legend). The dashed line marks 1x (no
+    gain over the step built on). Raises ValueError when no step has a
     measured gain over a step it builds on (a ledger with the baseline only).
     """
     p = predictions(table, machine)
@@ -242,8 +250,8 @@ def predicted_vs_measured(table: SpeedupTable, *, machine: str | None = None, ti
     fig, axes = _figure(height=4.2)
     ax = axes[0, 0]
     xs = list(range(len(p)))
-    colors = ["tab:green" if w is True else "tab:red" if w is False else "tab:gray" for w in p["within"]]
-    bars = ax.bar(xs, p["measured"], 0.6, color=colors, label="measured")
+    colors = [SIDE_COLORS.get(str(side), "tab:gray") for side in p["side"]]  # NA: grey
+    bars = ax.bar(xs, p["measured"], 0.6, color=colors)
     for bar, v in zip(bars, p["measured"]):
         ax.annotate(f"{v:.2f}x", (bar.get_x() + bar.get_width() / 2, v), ha="center", va="bottom", fontsize=8,
                     xytext=(0, 2), textcoords="offset points")
@@ -257,5 +265,10 @@ def predicted_vs_measured(table: SpeedupTable, *, machine: str | None = None, ti
     ax.set_ylabel(f"{table.metric} over the step built on")
     ax.set_title(title or "Estimate against measured speed-up, per step")
     ax.margins(y=0.12)
-    ax.legend(fontsize=8)
+    from matplotlib.patches import Patch
+
+    shown = [k for k in SIDE_COLORS if k in set(p["side"].dropna().astype(str))]
+    ax.legend(handles=[*ax.get_legend_handles_labels()[0]]
+              + [Patch(color=SIDE_COLORS[k], label=SIDE_LABELS[k]) for k in shown]
+              + ([Patch(color="tab:gray", label="no estimate")] if p["side"].isna().any() else []), fontsize=8)
     return fig
