@@ -1,9 +1,9 @@
 """A stage whose work a library's worker pool shares (ONNX Runtime's intra-op threads, OpenMP): the
 pool's threads carry no ranges of their own, so the what-if model counts their time inside the
 stage's ranges as the stage's (labkit.judge.whatif.WhatIf.helpers). Known answer from the lab's own
-full CPU run (2-core VM, 2026-11-26, ``make lab``): ``ort_int8`` measured 2.22x over this
-``ort_fp32`` profile (95 % interval 1.60-3.13x) with 'infer' from 33.1 to 14.9 ms a frame; the
-bound "'infer' costs nothing" said 1.14x before the pool was counted with the stage."""
+full CPU runs (2-core VM, 2026-11-26, ``make lab``): ``ort_int8`` measured 2.22x (95 % interval
+1.60-3.13x) and 2.07x (1.62-2.64x) over these ``ort_fp32`` profiles; the bound "'infer' costs nothing"
+said 1.14x on the first and nothing at all on the second before the pool was counted with the stage."""
 from __future__ import annotations
 
 import shutil
@@ -14,16 +14,24 @@ import pytest
 import labkit
 from labkit.judge.whatif import WhatIf
 
-PROFILE = Path(__file__).parent / "fixtures" / "lab" / "ort_fp32.cpu-2core.nsys2022.4.nsys-rep"
-MEASURED_HIGH = 3.13  # INT8 over this run, the top of its 95 % interval
+LAB = Path(__file__).parent / "fixtures" / "lab"
+# (profile, the top of the 95 % interval of what ort_int8 measured over that ort_fp32 run)
+RUNS = {"run1": (LAB / "ort_fp32.cpu-2core.nsys2022.4.nsys-rep", 3.13),
+        "run2": (LAB / "ort_fp32.cpu-2core.r2.nsys2022.4.nsys-rep", 2.64)}
 WARMUP = 4  # batches of 4: the lab's 16 warm-up frames
 
 
+@pytest.fixture(scope="module", params=sorted(RUNS))
+def run(request, tmp_path_factory):
+    path, high = RUNS[request.param]
+    here = tmp_path_factory.mktemp("pool") / path.name  # the export goes beside it, not into tests/
+    shutil.copy(path, here)
+    return labkit.load_report(here), high
+
+
 @pytest.fixture(scope="module")
-def rep(tmp_path_factory):
-    here = tmp_path_factory.mktemp("pool") / PROFILE.name  # the export goes beside it, not into tests/
-    shutil.copy(PROFILE, here)
-    return labkit.load_report(here)
+def rep(run):
+    return run[0]
 
 
 @pytest.mark.nsys
@@ -39,11 +47,14 @@ def test_the_pool_threads_are_helpers_and_their_time_goes_with_infer(rep):
 
 
 @pytest.mark.nsys
-def test_a_cheaper_infer_bound_is_a_bound_on_what_int8_measured(rep):
+def test_a_cheaper_infer_bound_is_a_bound_on_what_int8_measured(run):
+    """In run 2 a pool thread's own time was within 10 % of the main thread's, and the model called the
+    run balanced (no finding at all) until a pool's time inside a stage counted as that stage's."""
+    rep, high = run
     a = labkit.advise(rep, warmup=WARMUP)
     bound = a[(a["rule"] == "dominant_stage") & (a["stage"] == "infer")]
     assert len(bound) == 1 and bound["basis"].iloc[0] == "bound"
-    assert float(bound["predicted_speedup"].iloc[0]) >= MEASURED_HIGH
+    assert float(bound["predicted_speedup"].iloc[0]) >= high
     assert "worker pool" in bound["assumptions"].iloc[0]
     # and no finding exceeds its own Amdahl limit
     w = a["window_ms"].astype(float)

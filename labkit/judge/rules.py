@@ -56,7 +56,8 @@ def _limiting(ev: Evidence):
     lim = m.limiter
     if lim is None or lim["own_ms"] <= 0:
         return None
-    others = m.threads.loc[m.threads["tid"] != lim["tid"], "own_ms"]
+    own = m.independent_ms()  # a worker pool's time inside stages is theirs, not a rival limit
+    others = own[own.index != lim["tid"]]
     second = max(float(others.max()) if len(others) else 0.0, m.floor_ms)
     if lim["own_ms"] < BALANCED * second:  # balanced: changing one thread cannot pay beyond the noise
         return None

@@ -196,9 +196,28 @@ class WhatIf:
 
     @property
     def limiter(self) -> pd.Series | None:
-        """The thread with the largest own time (None without threads)."""
+        """The thread with the largest :meth:`independent_ms` (None without threads): a worker pool's
+        time inside another thread's stages counts for that thread's stage, not as a limit of its own."""
         t = self.threads
-        return None if t.empty else t.loc[t["own_ms"].idxmax()]
+        if t.empty:
+            return None
+        return t.loc[self.independent_ms().reindex(t["tid"]).fillna(0.0).to_numpy().argmax()]
+
+    def independent_ms(self) -> pd.Series:
+        """Own time per thread (tid -> ms) that is its own limit: all of it for an annotated thread; for
+        a helper, only its time outside every annotated thread's stage ranges (the rest is their work)."""
+        own = self.threads.set_index("tid")["own_ms"].astype(float).copy()
+        r = self._ranges
+        if not self.helpers or not len(r):
+            return own
+        s, e = busy_intervals(r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64))
+        for h in self.helpers:
+            x0, x1 = self._extent[h]
+            hs, he = np.clip(s, x0, x1), np.clip(e, x0, x1)
+            span = pd.DataFrame({"global_tid": h, "start_ns": hs, "end_ns": he})
+            inside = (int(np.sum(he - hs)) - int(blocked_in(span, self._peer).sum())) / 1e6
+            own[h] = max(own[h] - inside, 0.0)
+        return own
 
     def stages_of(self, tid: int) -> pd.DataFrame:
         return self.stages[self.stages["tid"] == tid]
