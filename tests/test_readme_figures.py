@@ -57,14 +57,14 @@ def test_cpu_section_quotes_no_withdrawn_figure():
 def test_cpu_tables_are_their_full_mode_ledgers(ledger):
     """Each of the README's CPU tables (round 3's definitions; round 5's rules: one measured run a
     step, INT8 in `optimized`) is the one labkit draws from its full-mode ledger, cell for cell;
-    every measured row of that ledger has an interval and the provenance of one clean commit in
-    full mode."""
+    every row of the table has an interval and the provenance of one clean commit in full mode."""
     rows = [json.loads(x) for x in ledger.read_text().splitlines() if x]
-    measured = [r for r in rows if r.get("status") == "ok"]
+    table = labkit.speedup_table(ledger)
+    measured = [r for r in rows if r.get("status") == "ok" and r["step"] in table.frame.index]
     assert measured and all("fps_ci_low" in r["metrics"] for r in measured)
     provenance = {(r["provenance"]["commit"], r["provenance"]["dirty"], r["provenance"]["mode"]) for r in measured}
     assert len(provenance) == 1 and provenance.pop()[1:] == (False, "full"), provenance
-    drawn = [line for line in labkit.speedup_table(ledger).to_markdown().splitlines() if line.startswith("|")]
+    drawn = [line for line in table.to_markdown().splitlines() if line.startswith("|")]
     section = _section("## Results on the 2-core CPU machine").splitlines()
     starts = [i for i, line in enumerate(section) if line == drawn[0]]
     assert any(section[at:at + len(drawn)] == drawn for at in starts), ledger
@@ -90,3 +90,20 @@ def test_detector_table_is_the_h100_throughput_csv():
     for config, *cells in rows:
         for batch, cell in zip((1, 8, 32), cells):
             assert float(cell.rstrip("*")) == pytest.approx(fps[(config, batch)], abs=0.005), (config, batch)
+
+
+def test_the_timing_plan_is_the_round_5_full_cpu_run_and_holds():
+    """notebooks/README.md's full CPU column and longest cells are the saved run's lab_timings.json,
+    and the plan holds there: under 30 minutes of notebooks, no cell over 5 minutes."""
+    timings = json.loads((ROOT / "reports/reference/cpu-2core-r5/lab_timings.json").read_text())
+    text = (ROOT / "notebooks" / "README.md").read_text()
+    plan = text[text.index("| notebook | CPU, small mode"):]
+    plan = plan[:plan.index("\n\n")]  # the timing table (the agenda's rows below start alike)
+    rows = {line.split("|")[1].strip()[:2]: [c.strip() for c in line.split("|")[1:-1]]
+            for line in plan.splitlines() if line.startswith("| 0")}
+    for book, t in timings.items():
+        cells = rows[book[:2]]
+        assert cells[2] == f"{round(t['seconds']):,}" and cells[3] == f"{round(t['longest_cell_s'])}", (book, cells)
+    assert sum(t["seconds"] for t in timings.values()) < 30 * 60
+    assert max(t["longest_cell_s"] for t in timings.values()) < 5 * 60
+    assert f"**{round(sum(t['seconds'] for t in timings.values())):,}**" in text
