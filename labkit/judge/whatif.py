@@ -97,6 +97,7 @@ class WhatIf:
         self._ranges = inside.assign(label=stage_labels(inside)) if len(inside) else inside
         self._peer = peer
         self._helper_ms: dict = {}
+        self._independent: pd.Series | None = None
 
     @staticmethod
     def _stages(rep, window, stages, peer, lat, names) -> pd.DataFrame:
@@ -146,25 +147,29 @@ class WhatIf:
             cpu = float((own - lat).clip(lower=0).sum() + sum(new)) / self.cores
         return float(max([own.max() if len(own) else 0.0, *new, self.floor_ms, cpu]))
 
+    def _inside_ms(self, ranges: pd.DataFrame) -> dict[int, float]:
+        """Each helper thread's own time (ms) inside the union of ``ranges`` (NVTX rows): its time there
+        within its own extent, less its waits on peers."""
+        if not self.helpers or not len(ranges):
+            return {}
+        s, e = busy_intervals(ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64))
+        out = {}
+        for h in self.helpers:
+            x0, x1 = self._extent[h]
+            hs, he = np.clip(s, x0, x1), np.clip(e, x0, x1)
+            span = pd.DataFrame({"global_tid": h, "start_ns": hs, "end_ns": he})
+            out[h] = (int(np.sum(he - hs)) - int(blocked_in(span, self._peer).sum())) / 1e6
+        return out
+
     def helper_ms(self, tid: int, stages) -> dict[int, float]:
         """Each helper thread's own time (ms) inside the ranges of ``stages`` on thread ``tid``: the
         work a worker pool did for those stages (the model's assumption; see :attr:`helpers`)."""
         key = (int(tid), tuple(sorted(map(str, stages))))
         if key not in self._helper_ms:
-            out = {}
             r = self._ranges
-            if self.helpers and len(r):
+            if len(r):
                 r = r[(r["global_tid"] == key[0]) & (r["label"].isin(key[1]) | r["name"].isin(key[1]))]
-            if self.helpers and len(r):
-                s, e = busy_intervals(r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64))
-                for h in self.helpers:
-                    x0, x1 = self._extent[h]
-                    hs, he = np.clip(s, x0, x1), np.clip(e, x0, x1)
-                    span = pd.DataFrame({"global_tid": h, "start_ns": hs, "end_ns": he})
-                    ms = (int(np.sum(he - hs)) - int(blocked_in(span, self._peer).sum())) / 1e6
-                    if ms > 0:
-                        out[h] = ms
-            self._helper_ms[key] = out
+            self._helper_ms[key] = {h: ms for h, ms in self._inside_ms(r).items() if ms > 0}
         return self._helper_ms[key]
 
     def helped(self, removed: dict[int, float], stages) -> dict[int, float]:
@@ -201,23 +206,18 @@ class WhatIf:
         t = self.threads
         if t.empty:
             return None
-        return t.loc[self.independent_ms().reindex(t["tid"]).fillna(0.0).to_numpy().argmax()]
+        return t.iloc[self.independent_ms().reindex(t["tid"]).fillna(0.0).to_numpy().argmax()]
 
     def independent_ms(self) -> pd.Series:
         """Own time per thread (tid -> ms) that is its own limit: all of it for an annotated thread; for
-        a helper, only its time outside every annotated thread's stage ranges (the rest is their work)."""
-        own = self.threads.set_index("tid")["own_ms"].astype(float).copy()
-        r = self._ranges
-        if not self.helpers or not len(r):
-            return own
-        s, e = busy_intervals(r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64))
-        for h in self.helpers:
-            x0, x1 = self._extent[h]
-            hs, he = np.clip(s, x0, x1), np.clip(e, x0, x1)
-            span = pd.DataFrame({"global_tid": h, "start_ns": hs, "end_ns": he})
-            inside = (int(np.sum(he - hs)) - int(blocked_in(span, self._peer).sum())) / 1e6
-            own[h] = max(own[h] - inside, 0.0)
-        return own
+        a helper, only its time outside every annotated thread's stage ranges (the rest is their work).
+        Computed once per model (the limiter and every stage rule's balance test read it)."""
+        if self._independent is None:
+            own = self.threads.set_index("tid")["own_ms"].astype(float).copy()
+            for h, ms in self._inside_ms(self._ranges).items():
+                own[h] = max(own[h] - ms, 0.0)
+            self._independent = own
+        return self._independent
 
     def stages_of(self, tid: int) -> pd.DataFrame:
         return self.stages[self.stages["tid"] == tid]
