@@ -68,18 +68,18 @@ def _advise(path: str, warmup: int, min_gain: float = MIN_GAIN, ceiling: float |
                          **ADVISE, **kw)
 
 
-def call_cost(builds_on: str, batch_size: int, mode: str = MODE) -> tuple[dict, str]:
+def call_cost(builds_on: str, batch_size: int | None, mode: str = MODE) -> tuple[dict, str]:
     """The fixed cost of one call of each detector stage (ms, whatever the call carries), fitted
-    over this machine's ledger rows that differ from ``builds_on`` only in their batch size
-    (``builds_on`` itself and the sweep's values, ``batch_size`` left out): a frame's time in a
-    stage at batch b is fixed / b + per item (least squares over 1 / b). Returns ({stage: ms}, the
-    batch sizes it was fitted over as words), or ({}, why not) with fewer than two batch sizes."""
+    over this machine's ledger rows of the steps whose flags differ from ``builds_on``'s in their
+    batch size only (``builds_on`` itself and the sweep's values; ``batch_size``, the size to
+    predict, left out; None: none left out): a frame's time in a stage at batch b is
+    fixed / b + per item (least squares over 1 / b). Returns ({stage: ms}, the batch sizes it was
+    fitted over as words), or ({}, why not) with fewer than two batch sizes."""
     import numpy as np
 
     cat = catalogue(mode)
     base = _base_flags(builds_on, mode)
-    same = [n for n, stp in cat.items() if n == builds_on or (
-        stp.builds_on == builds_on and set(change_of(stp.flags, base)) == {"batch_size"})]
+    same = [n for n, stp in cat.items() if n == builds_on or set(change_of(stp.flags, base)) == {"batch_size"}]
     rows = ledger(same)
     if len(rows) == 0:
         return {}, "no run to fit a call's cost from"
@@ -87,7 +87,8 @@ def call_cost(builds_on: str, batch_size: int, mode: str = MODE) -> tuple[dict, 
         rows = rows[rows["status"].fillna("ok").eq("ok")]
     b = rows["config.batch_size"].fillna(1).astype(int) if "config.batch_size" in rows else None
     if b is None or b[b != batch_size].nunique() < 2:
-        return {}, f"a call's fixed cost needs runs at two batch sizes other than {batch_size} (run the sweep first)"
+        other = f" other than {batch_size}" if batch_size else ""
+        return {}, f"a call's fixed cost needs runs at two batch sizes{other} (run the sweep first)"
     keep = (b != batch_size).to_numpy()
     out = {}
     for stage in DETECTOR_STAGES:
@@ -111,9 +112,12 @@ def _params(builds_on: str | None, flags, mode: str) -> tuple:
     larger batch than its base's, the fitted cost of a call (``call_cost``, ``batch_to``)."""
     flags, out = dict(flags or {}), {}
     k = flags.get("interval")
+    b, b0 = flags.get("batch_size"), _base_flags(builds_on, mode).get("batch_size", 1) if builds_on else 1
     if isinstance(k, int) and k > 1:
         out["skip_every"] = k
-    b, b0 = flags.get("batch_size"), _base_flags(builds_on, mode).get("batch_size", 1) if builds_on else 1
+        cost, _ = call_cost(builds_on, None, mode) if builds_on else ({}, "")
+        if cost:  # fewer detected frames per call: its fixed cost is paid by fewer frames
+            out["call_cost"] = tuple(sorted(cost.items()))
     if isinstance(b, int) and b > (b0 or 1) and builds_on:
         cost, _ = call_cost(builds_on, b, mode)
         if cost:

@@ -6,6 +6,7 @@ own window / (window - saves). The table with every figure: benchmarks/known_ans
 from __future__ import annotations
 
 import known_answers as ka
+import labkit
 import pytest
 
 
@@ -51,3 +52,23 @@ def test_amdahl_limit_reads_saves_and_window():
     assert ka.amdahl_violations(pd.DataFrame([ok])) == []
     assert len(ka.amdahl_violations(pd.DataFrame([ok, over]))) == 1
     assert ka.amdahl_violations(pd.DataFrame([{"lever": "batch", "predicted_speedup": 9.0}])) == []
+
+
+@pytest.mark.nsys
+def test_a_range_nested_in_a_stages_call_is_that_stages_work(tmp_path):
+    """batched_every_item's ``detect`` calls each hold a nested ``setup`` range (24 of the 48 ms of
+    the call, by construction), which is no stage of its own: the what-if model counts its time as
+    detect's, so detect is 48 of the 64 ms a batch of its thread (it read 24 of 64 when the nested
+    range's time was no stage's, and no skip-work finding was made)."""
+    from labkit.judge.whatif import WhatIf
+
+    rep = ka.profile("batched_every_item", tmp_path)
+    a = labkit.advise(rep, skip_every=4)
+    m = WhatIf(rep, a.attrs["window"], a.attrs["stages"])
+    st = m.stages.set_index("stage")
+    assert set(st.index) == {"detect", "track"}
+    share = st.loc["detect", "own_ms"] / m.threads["own_ms"].max()
+    assert 0.65 < share < 0.85, share  # 48/64 = 0.75 by construction
+    assert st.loc["detect", "instances"] <= 8  # its calls (8 batches), not its calls and their nested ranges
+    top = a.iloc[0]
+    assert top["rule"] == "skip_work" and "24.0 ms each (its nested set-up ranges)" in top["assumptions"]

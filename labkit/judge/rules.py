@@ -146,14 +146,80 @@ def dominant(ev: Evidence) -> list[dict]:
                             stage), touch_ms=ms, helpers_ms=m.helped({tid: ms}, [stage])))
     group = ([stage] + [g for g in ev.skip_with if g != stage]) if stage in ev.skip_with else [stage]
     k = ev.skip_every
-    cut = ev.model.stages[ev.model.stages["stage"].isin(group)]
-    removed = (cut.groupby("tid")["own_ms"].sum() * (k - 1) / k).to_dict()
+    removed, how, said = _skipped(ev, group, k)
     out.append(dict(row("skip_work", f"Stage '{stage}' could run on fewer items", text + f"; run on 1 item in {k}, "
-                        f"{', '.join(group)} would take 1/{k} of their time", "skip_work",
-                        m.speedup(removed, stages=group), "estimate", f"the stages {', '.join(group)} run on 1 item "
-                        f"in {k} (K={k}) at their measured time per item; {MODEL}", stage),
+                        f"{said}", "skip_work", m.speedup(removed, stages=group), "estimate",
+                        f"the stages {', '.join(group)} run on 1 item in {k} (K={k}); {how}; {MODEL}", stage),
                     touch_ms=float(sum(removed.values())), helpers_ms=m.helped(removed, group)))
     return out
+
+
+def _skipped(ev: Evidence, group, k: int) -> tuple[dict, str, str]:
+    """({tid: ms removed}, the assumption, the evidence's words) when the stages of ``group`` run on
+    1 item in ``k``.
+
+    A stage's fixed cost per call is the caller's fit (``advise(call_cost=)``) or else the mean of
+    the set-up ranges nested in its calls (:func:`_setup_ms`). Without one, a stage's time scales
+    with its items: 1/k of it stays. With one, the calls keep their batches of consecutive items
+    (as a stream muxer forms them), so a call still runs while its batch holds an item to run: of
+    calls of b items, min(1, b/k) stay (every window of b consecutive items holds a k-th one when
+    k <= b; when k > b no batch holds two). Those calls pay the fixed cost; each item run keeps
+    its time.
+    """
+    st = ev.model.stages
+    removed: dict = {}
+    kept_calls = []
+    for stage in group:
+        own = st[st["stage"] == stage].groupby("tid")["own_ms"].sum()
+        total = float(own.sum())
+        if total <= 0:
+            continue
+        t = ev.table[ev.table["stage"] == stage] if not ev.table.empty else ev.table
+        fixed, whose = float(ev.call_cost.get(stage) or 0), "the caller's fit"
+        if not fixed > 0:
+            fixed, whose = _setup_ms(ev, stage) or 0.0, "its nested set-up ranges"
+        calls, items = (int(t["instances"].sum()), float(t["items"].sum())) if len(t) else (0, 0.0)
+        if fixed > 0 and calls and items > 0:
+            b = items / calls
+            keep = min(1.0, b / k)
+            fixed_ms = min(fixed * calls, total)
+            after = fixed_ms * keep + (total - fixed_ms) / k
+            kept_calls.append(f"'{stage}' {keep:.0%} of its calls of {b:.3g} items, {fixed:.1f} ms each ({whose})")
+        else:
+            after = total / k
+        for tid, ms in (own / total * (total - after)).items():
+            removed[tid] = removed.get(tid, 0.0) + float(ms)
+    if kept_calls:
+        how = ("calls keep their batches of consecutive items, so a call still runs while its batch holds an item to "
+               "run, paying a fixed cost per call (" + "; ".join(kept_calls) + "), and each item run keeps its "
+               "measured time")
+        said = f"{', '.join(group)} would keep the fixed cost of the calls still made and 1/{k} of their items' time"
+    else:
+        how = "each stage keeps its measured time per item (no fixed cost per call was given: a call costs its items)"
+        said = f"{', '.join(group)} would take 1/{k} of their time"
+    return removed, how, said
+
+
+def _setup_ranges(ev: Evidence, tid: int | None = None):
+    """(the set-up ranges nested in a call (:data:`SETUP_WORDS`) inside the window, on ``tid`` or any
+    thread, and their parents)."""
+    nv = ev.rep.nvtx
+    w0, w1 = ev.window
+    r = nv[(nv["kind"] != "mark") & (nv["parent"] >= 0) & (nv["start_ns"] >= w0) & (nv["end_ns"] <= w1)]
+    if tid is not None:
+        r = r[r["global_tid"] == tid]
+    r = r[r["name"].map(_is_setup).astype(bool)]
+    return r, nv.loc[r["parent"].to_numpy()]
+
+
+def _setup_ms(ev: Evidence, stage: str) -> float | None:
+    """The measured fixed cost of one call of ``stage`` (ms): the mean of the set-up ranges nested in
+    its calls, or None where its calls have none."""
+    if len(ev.rep.nvtx) == 0:
+        return None
+    r, parents = _setup_ranges(ev)
+    mine = (stages.stage_labels(parents) == stage).to_numpy() if len(parents) else []
+    return float(r["duration_ns"].to_numpy()[mine].mean()) / 1e6 if len(r) and mine.any() else None
 
 
 def removable(ev: Evidence, names) -> list[dict]:
@@ -182,13 +248,9 @@ def per_call(ev: Evidence) -> list[dict]:
         return []
     m, t, _ = lim
     tid = int(t["tid"])
-    w0, w1 = ev.window
-    r = nv[(nv["kind"] != "mark") & (nv["global_tid"] == tid) & (nv["parent"] >= 0) & (nv["start_ns"] >= w0)
-           & (nv["end_ns"] <= w1)]
-    r = r[r["name"].map(_is_setup).astype(bool)]
+    r, parents = _setup_ranges(ev, tid)
     if len(r) < 2:
         return []
-    parents = nv.loc[r["parent"].to_numpy()]
     items = stages._items_per_range(nv)[parents.index.to_numpy()]
     stage = str(stages.stage_labels(parents).mode().iloc[0])
     per_call_items = float(np.median(items)) if len(items) else 1.0

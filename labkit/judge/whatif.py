@@ -36,6 +36,20 @@ IN_FLIGHT = 8
 threads): the parallel-input lever's assumption."""
 
 
+def _stage_above(parent: pd.Series, keep: pd.Series) -> pd.Series:
+    """For each range (``parent``: its parent's index, -1 for none; ``keep``: whether it is a stage
+    range), the index of the nearest stage range it is nested in, or -1 (none in the window)."""
+    is_stage = keep.to_dict()
+    up = parent.astype("int64").copy()
+    for _ in range(64):  # nesting deeper than this is not a program's stages
+        above = up.map(is_stage)  # NaN: no parent in the window
+        climb = above.eq(False)
+        if not climb.any():
+            break
+        up[climb] = up[climb].map(parent).fillna(-1).astype("int64")
+    return up.where(up.map(is_stage).eq(True), -1)
+
+
 class WhatIf:
     """Own time per thread and per (thread, stage) in ``window``; see the module docstring.
 
@@ -123,15 +137,22 @@ class WhatIf:
         own = (dur - child_dur - self_wait).clip(lower=0)
         latency = (self_any - self_wait).clip(lower=0)
         lab = stage_labels(r)
-        keep = ~r["name"].map(is_wait).astype(bool)
+        waits = r["name"].map(is_wait).astype(bool)
+        keep = ~waits
         if stages:
             keep &= lab.isin(list(stages)) | r["name"].isin(list(stages))
-        t = pd.DataFrame({"tid": r["global_tid"].astype("int64"), "stage": lab, "own": own, "latency": latency})[keep]
+        # a range nested in a stage's call that is no stage itself (a set-up, a library's range) is
+        # that stage's work: its self time goes to the nearest stage range around it
+        at = _stage_above(r["parent"], keep) if stages else pd.Series(-1, index=r.index)
+        rolled = ~keep & ~waits & (at >= 0)
+        home = pd.Series(np.where(rolled, at, r.index), index=r.index)
+        t = pd.DataFrame({"tid": r["global_tid"].astype("int64"), "stage": lab.loc[home.to_numpy()].to_numpy(),
+                          "own": own, "latency": latency, "call": keep.astype(int)})[keep | rolled]
         if len(t) == 0:
             return pd.DataFrame(columns=cols)
         g = t.groupby(["tid", "stage"], sort=False)
         out = pd.DataFrame({"own_ms": g["own"].sum() / 1e6, "latency_ms": g["latency"].sum() / 1e6,
-                            "instances": g.size()}).reset_index()
+                            "instances": g["call"].sum()}).reset_index()
         out["thread"] = out["tid"].map(lambda x: names.get(int(x), f"tid {int(x) & 0xFFFFFF}"))
         return out[cols].sort_values("own_ms", ascending=False, ignore_index=True)
 
