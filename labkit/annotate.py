@@ -348,7 +348,7 @@ OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
     # and fps are then every rank's, fps over the common measured window (first start to last end)
     "ranks": (int,),  # processes (ranks) that ran
     "per_rank": (list,),  # one dict per rank: rank, host, device, inputs, frames, timed_frames, seconds,
-    #                       fps, latency_ms, stages, status
+    #                       fps, fps_ci95, latency_ms, stages, status
     "placement": (str,),  # where the ranks ran, in words (on the CPU, sharing a GPU...): a fact, not a warning
     # the timed window (THROUGHPUT); absent from files written before they existed
     "carried_frames": (int,),  # read before the window opened, finished inside it, not counted

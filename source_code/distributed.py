@@ -13,10 +13,10 @@ sets ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE``. With ``WORLD_SIZE`` > 1:
   (``COLLECTIVE_TIMEOUT_S``) so that no rank hangs: every rank says it is ready just before its first frame (the
   measured windows start together, or every rank stops when one failed), and every rank sends
   its figures, or its error line, to rank 0 at the end;
-- rank 0 merges them (``merge``): ``ranks``, ``per_rank`` (rank, host, device, frames, fps,
-  latency, stages), the aggregate ``frames`` and ``fps`` (every rank's timed frames over the
-  common measured window, from the first rank's start to the last rank's end) and the accuracy
-  of stream 0 of every rank together.
+- rank 0 merges them (``merge``): ``ranks``, ``per_rank`` (rank, host, device, frames, fps and
+  its interval, latency, stages), the aggregate ``frames`` and ``fps`` (every rank's timed frames
+  over the common measured window, from the first rank's start to the last rank's end) with its
+  interval (``aggregate_ci``) and the accuracy of stream 0 of every rank together.
 """
 from __future__ import annotations
 
@@ -276,6 +276,19 @@ def _weighted_stages(docs: list[dict]) -> dict:
     return out
 
 
+def aggregate_ci(docs: list[dict], fps: float | None) -> list[float] | None:
+    """The aggregate fps's 95 % interval: each rank's interval over its own batches, summed (every
+    rank at its low end, or its high end, together: wider than any joint interval) and scaled to the
+    aggregate's own point (``fps``, over the common window, which is longer than any rank's own
+    window); it always holds that point. None where a rank has no interval."""
+    cis = [d.get("fps_ci95") for d in docs]
+    own = sum(float(d.get("fps") or 0) for d in docs)
+    if fps is None or not own or not all(isinstance(c, list) and len(c) == 2 for c in cis):
+        return None
+    low, high = fps * sum(c[0] for c in cis) / own, fps * sum(c[1] for c in cis) / own
+    return [round(min(low, fps), 4), round(max(high, fps), 4)]
+
+
 def _percentile(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
@@ -296,8 +309,10 @@ def merge(parts: list[dict], cfg: Any) -> dict:
         else docs[0]["accuracy"]
     per_rank = [{"rank": p["rank"], "host": p["host"], "device": d["config"]["device_resolved"],
                  "inputs": list(d["config"]["inputs"]), "frames": d["frames"], "timed_frames": d["timed_frames"],
-                 "seconds": d["seconds"], "fps": d["fps"], "latency_ms": d["latency_ms"], "stages": d["stages"],
-                 "status": d["status"]} for p, d in zip(parts, docs)]
+                 "seconds": d["seconds"], "fps": d["fps"], "fps_ci95": d.get("fps_ci95"),
+                 "latency_ms": d["latency_ms"], "stages": d["stages"], "status": d["status"]}
+                for p, d in zip(parts, docs)]
+    fps = round(timed / seconds, 4) if seconds else None
     return {
         **docs[0],
         "status": "ok" if all(d["status"] == "ok" for d in docs) else "partial",
@@ -305,7 +320,8 @@ def merge(parts: list[dict], cfg: Any) -> dict:
         "timed_frames": timed,
         "warmup_frames": sum(d["warmup_frames"] for d in docs),
         "seconds": round(seconds, 6) if seconds else None,
-        "fps": round(timed / seconds, 4) if seconds else None,
+        "fps": fps,
+        "fps_ci95": aggregate_ci(docs, fps),  # not rank 0's own
         "stages": _weighted_stages(docs),
         "stage_detail": _stage_detail([d["stage_detail"] for d in docs]),
         "latency_ms": {"p50": _percentile(latencies, 50), "p99": _percentile(latencies, 99)},

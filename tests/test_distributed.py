@@ -63,6 +63,9 @@ def test_two_ranks_write_one_results_file(clip, tmp_path):
     assert doc["seconds"] >= max(p["seconds"] for p in doc["per_rank"])
     assert doc["fps"] <= sum(p["fps"] for p in doc["per_rank"]) + 1e-6
     assert all(p["device"] == "cpu" and p["stages"]["infer"] > 0 for p in doc["per_rank"])
+    if doc["fps_ci95"] is not None:  # the aggregate's own interval, holding its point (never rank 0's)
+        assert doc["fps_ci95"][0] <= doc["fps"] <= doc["fps_ci95"][1]
+        assert all(p["fps_ci95"] for p in doc["per_rank"])
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # rank 1 wrote nothing (no second file, no video)
 
     # accuracy over both ranks' sequences: two copies of one clip score as the clip alone
@@ -73,6 +76,21 @@ def test_two_ranks_write_one_results_file(clip, tmp_path):
     assert doc["accuracy"]["map50"] == pytest.approx(alone["map50"])
     assert doc["accuracy"]["mota"] == pytest.approx(alone["mota"])
     assert doc["accuracy"]["counts"]["CLR_FN"] == 2 * alone["counts"]["CLR_FN"]
+
+
+def test_the_aggregate_interval_is_the_ranks_own_scaled_to_the_aggregate():
+    """The full CPU lab's ranks2 run (2-core VM, 2026-11-26): rank 0 98.8 frames/s (81.6-122.4 over
+    its batches), rank 1 88.5; the aggregate 176.9 over the common window. The merged file carried
+    rank 0's interval beside the aggregate, so the ledger read 176.9 (81.6-176.9)."""
+    from source_code.distributed import aggregate_ci
+
+    docs = [{"fps": 98.8183, "fps_ci95": [81.6382, 122.4354]}, {"fps": 88.4682, "fps_ci95": [75.0, 101.0]}]
+    low, high = aggregate_ci(docs, 176.9365)
+    assert low == pytest.approx(176.9365 * (81.6382 + 75.0) / (98.8183 + 88.4682), abs=1e-3)
+    assert high == pytest.approx(176.9365 * (122.4354 + 101.0) / (98.8183 + 88.4682), abs=1e-3)
+    assert low < 176.9365 < high and low > 81.6382 * 1.5
+    assert aggregate_ci([docs[0], {"fps": 88.0, "fps_ci95": None}], 176.9) is None  # a rank without one
+    assert aggregate_ci(docs, None) is None
 
 
 def test_more_ranks_than_sources_is_one_line(clip, tmp_path):
