@@ -77,7 +77,40 @@ def test_a_huge_string_id_is_refused_not_terabytes(tmp_path):
 
 
 def test_events_that_end_before_they_start_are_said(tmp_path):
+    """Said once, when the table is first read (its frame, or a summary's own read of it): a load
+    reads no table, and a summary of kernels does not scan the CUDA API calls for it."""
+    from labkit.stats.summaries import nvtx_summary
+
     db = _crafted(tmp_path, "UPDATE NVTX_EVENTS SET [end] = start - 5 WHERE rowid IN (1, 2)")
-    notes = load_report(db).notes
-    assert any("2 event(s) in NVTX_EVENTS end before they start" in n for n in notes), notes
-    assert not any("end before" in n for n in load_report(FIXTURE).notes)
+    said = "2 event(s) in NVTX_EVENTS end before they start"
+    for read in (lambda r: r.nvtx, nvtx_summary):
+        rep = load_report(db)
+        assert not any("end before" in n for n in rep.notes)
+        read(rep)
+        read(rep)
+        assert [n for n in rep.notes if said in n] and len([n for n in rep.notes if "end before" in n]) == 1, rep.notes
+    fine = load_report(FIXTURE)
+    fine.nvtx, fine.kernels, fine.cuda_api, nvtx_summary(fine)
+    assert not any("end before" in n for n in fine.notes)
+
+
+@pytest.mark.parametrize("text", ["1,,2", "1,2x,3", "1.5,2", "-,1", "1,-", "1-2,3", "1e5,2", ",1", "1,", " 1,2",
+                                  "1,2 ", "\u0661,2", "+1,2", "0x1,2", "nan,1", "inf,1", "", "--1,2"])
+def test_integer_text_that_is_not_integers_is_refused(text):
+    """A group_concat of a column that holds something else (text in a time column of a crafted
+    export): a ValueError (the reader makes it a ReportError naming the table), whatever warnings
+    filter is set; numpy alone reads '-' as 0 and may stop at a bad value with a warning."""
+    from labkit.report.reader import parse_ints
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError):
+            parse_ints(text)
+
+
+def test_integer_text_is_read_exactly():
+    from labkit.report.reader import parse_ints
+
+    vals = [0, -1, 2**62, -(2**62), 1234567890123, 7]
+    assert parse_ints(",".join(map(str, vals))).tolist() == vals
+    assert parse_ints("5").tolist() == [5]

@@ -75,12 +75,31 @@ class Report:
         "osrt": lambda r: read_osrt(r._db, r._strings),
     }
 
+    _TABLES = {"nvtx": "NVTX_EVENTS", "kernels": "CUPTI_ACTIVITY_KIND_KERNEL", "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
+               "memset": "CUPTI_ACTIVITY_KIND_MEMSET", "cuda_api": "CUPTI_ACTIVITY_KIND_RUNTIME"}
+    """The table each frame with durations reads (:meth:`_check_order`)."""
+
+    def _check_order(self, table: str | None) -> None:
+        """Say (a note) how many events of ``table`` end before they start: a crafted or damaged
+        export, whose durations are negative. Checked once per table, when it is first read from
+        the export, not at load: a load reads no table, and a summary scans only what it reads. A
+        frame that left a note is never cached, so a later load that reads the cache found none."""
+        if table is None or ("order", table) in self._frames or self._db is None:
+            return
+        self._frames[("order", table)] = True
+        if self._db.has(table, "start", "end"):
+            n = int(self._db.scalar_rows(f"SELECT count(*) FROM [{table}] WHERE [end] < [start]", table)[0][0])
+            if n:
+                self.notes.append(f"{self.path.name}: {n:,} event(s) in {table} end before they start (a damaged or "
+                                  f"edited export): their durations are negative; export it again from the .nsys-rep")
+
     def _frame(self, name: str) -> pd.DataFrame:
         if name not in self._frames:
             cache = self._columnar if name != "threads" else None
             df = cache.get(name) if cache is not None else None  # the columnar cache of this very export
             if df is None:
                 said = len(self.notes)
+                self._check_order(self._TABLES.get(name))
                 try:
                     df = self._LOADERS[name](self)
                 except _DAMAGE as exc:  # values no nsys export holds (a damaged file): say so, in one line
@@ -90,15 +109,17 @@ class Report:
             self._frames[name] = df
         return self._frames[name]
 
-    def _derived(self, name: str, build) -> pd.DataFrame | None:
-        """A frame derived from the export for a summary (``build()``; None where it does not apply),
-        built once per Report and, when large, kept in the columnar cache like the frames."""
+    def _derived(self, name: str, build, table: str | None = None) -> pd.DataFrame | None:
+        """A frame derived from the export's ``table`` for a summary (``build()``; None where it does
+        not apply), built once per Report and, when large, kept in the columnar cache like the frames."""
         key = f"_{name}"
         if key not in self._frames:
             df = self._columnar.get(name) if self._columnar is not None else None
             if df is None:
+                said = len(self.notes)
+                self._check_order(table)
                 df = build()
-                if df is not None and self._columnar is not None:
+                if df is not None and self._columnar is not None and len(self.notes) == said:
                     self._columnar.put(name, df)
             self._frames[key] = df
         return self._frames[key]
@@ -325,12 +346,6 @@ def _load_tables(db: _Db, path: Path) -> Report:
         ver = meta.get("nsys_version") or "unknown"
         notes.append(f"{path.name}: no GPU activity recorded (CUDA API only): the nsys that recorded it "
                      f"({ver}) may be too old for the GPU driver; profile with a newer nsys")
-    for t in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", *_GPU_TABLES):  # crafted or damaged: said, not hidden
-        if db.has(t, "start", "end"):
-            n = int(db.scalar_rows(f"SELECT count(*) FROM [{t}] WHERE [end] < [start]", t)[0][0])
-            if n:
-                notes.append(f"{path.name}: {n:,} event(s) in {t} end before they start (a damaged or edited "
-                             f"export): their durations are negative; export it again from the .nsys-rep")
     return Report(path=path, gpu=gpu, all_threads=threads, meta=meta, notes=notes,
                   _db=db, _strings=strings, _columnar=Columnar(path))
 

