@@ -5,6 +5,8 @@ speed-up within 25 %, never be a bound the fix exceeds, and no finding may predi
 own window / (window - saves). The table with every figure: benchmarks/known_answers.py."""
 from __future__ import annotations
 
+import re
+
 import known_answers as ka
 import labkit
 import pytest
@@ -71,4 +73,6 @@ def test_a_range_nested_in_a_stages_call_is_that_stages_work(tmp_path):
     assert 0.65 < share < 0.85, share  # 48/64 = 0.75 by construction
     assert st.loc["detect", "instances"] <= 8  # its calls (8 batches), not its calls and their nested ranges
     top = a.iloc[0]
-    assert top["rule"] == "skip_work" and "24.0 ms each (its nested set-up ranges)" in top["assumptions"]
+    assert top["rule"] == "skip_work", top
+    fixed = re.search(r"of 8 items, ([0-9.]+) ms each \(its nested set-up ranges\)", top["assumptions"])
+    assert fixed and 22 < float(fixed.group(1)) < 28, top["assumptions"]  # 24 ms by construction, as measured
