@@ -94,6 +94,21 @@ def test_events_that_end_before_they_start_are_said(tmp_path):
     assert not any("end before" in n for n in fine.notes)
 
 
+def test_kernels_that_end_before_they_start_are_said_by_the_kernel_summary(tmp_path):
+    """The kernel summary's own read (durations packed in one column) sees the negative duration,
+    reads the frame instead, and the note names the table."""
+    from labkit.stats.summaries import kernel_summary
+
+    db = tmp_path / "kernels.sqlite"
+    shutil.copy(FIXTURE.parent / "gputest.nsys2025.3.sqlite", db)
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET [end] = start - 7 WHERE rowid IN (1, 2, 3)")
+    con.close()
+    rep = load_report(db)
+    kernel_summary(rep)
+    assert [n for n in rep.notes if "3 event(s) in CUPTI_ACTIVITY_KIND_KERNEL end before they start" in n], rep.notes
+
+
 @pytest.mark.parametrize("text", ["1,,2", "1,2x,3", "1.5,2", "-,1", "1,-", "1-2,3", "1e5,2", ",1", "1,", " 1,2",
                                   "1,2 ", "\u0661,2", "+1,2", "0x1,2", "nan,1", "inf,1", "", "--1,2"])
 def test_integer_text_that_is_not_integers_is_refused(text):

@@ -79,19 +79,21 @@ class Report:
                "memset": "CUPTI_ACTIVITY_KIND_MEMSET", "cuda_api": "CUPTI_ACTIVITY_KIND_RUNTIME"}
     """The table each frame with durations reads (:meth:`_check_order`)."""
 
-    def _check_order(self, table: str | None) -> None:
-        """Say (a note) how many events of ``table`` end before they start: a crafted or damaged
-        export, whose durations are negative. Checked once per table, when it is first read from
-        the export, not at load: a load reads no table, and a summary scans only what it reads. A
-        frame that left a note is never cached, so a later load that reads the cache found none."""
-        if table is None or ("order", table) in self._frames or self._db is None:
+    def _check_order(self, table: str | None, df) -> None:
+        """Say (a note) how many events of ``table`` end before they start, when what was just read
+        from it (``df``, a frame or a summary's own read) holds a negative duration: a crafted or
+        damaged export. Said once per table, and only then is the export counted; a load reads no
+        table, and a read costs one comparison per row. A frame that left a note is never cached, so
+        a later load that reads the cache found none."""
+        if table is None or df is None or "duration_ns" not in df or ("order", table) in self._frames:
+            return
+        d = pd.to_numeric(df["duration_ns"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        if not (d < 0).any():
             return
         self._frames[("order", table)] = True
-        if self._db.has(table, "start", "end"):
-            n = int(self._db.scalar_rows(f"SELECT count(*) FROM [{table}] WHERE [end] < [start]", table)[0][0])
-            if n:
-                self.notes.append(f"{self.path.name}: {n:,} event(s) in {table} end before they start (a damaged or "
-                                  f"edited export): their durations are negative; export it again from the .nsys-rep")
+        n = int(self._db.scalar_rows(f"SELECT count(*) FROM [{table}] WHERE [end] < [start]", table)[0][0])
+        self.notes.append(f"{self.path.name}: {max(n, 1):,} event(s) in {table} end before they start (a damaged "
+                          f"or edited export): their durations are negative; export it again from the .nsys-rep")
 
     def _frame(self, name: str) -> pd.DataFrame:
         if name not in self._frames:
@@ -99,11 +101,11 @@ class Report:
             df = cache.get(name) if cache is not None else None  # the columnar cache of this very export
             if df is None:
                 said = len(self.notes)
-                self._check_order(self._TABLES.get(name))
                 try:
                     df = self._LOADERS[name](self)
                 except _DAMAGE as exc:  # values no nsys export holds (a damaged file): say so, in one line
                     raise self._db.fail(name, exc) from None
+                self._check_order(self._TABLES.get(name), df)
                 if cache is not None and len(self.notes) == said:  # a frame that left a note is read again
                     cache.put(name, df)
             self._frames[name] = df
@@ -117,8 +119,8 @@ class Report:
             df = self._columnar.get(name) if self._columnar is not None else None
             if df is None:
                 said = len(self.notes)
-                self._check_order(table)
                 df = build()
+                self._check_order(table, df)
                 if df is not None and self._columnar is not None and len(self.notes) == said:
                     self._columnar.put(name, df)
             self._frames[key] = df

@@ -69,7 +69,7 @@ def range_durations(db: _Db, strings: np.ndarray) -> pd.DataFrame:
     types, pp, se, _ = _event_types(db)
     cols = set(db.columns(t))
     dmap = _domain_names(db, types)
-    if db.count(t) > COLUMNS_FROM:
+    if db.rows_at_most(t) > COLUMNS_FROM:
         out = _one_scan(db, strings, t, pp, se, cols, dmap)
         if out is not None:
             return out
@@ -122,20 +122,30 @@ def _one_scan(db: _Db, strings: np.ndarray, t: str, pp: list, se: list, cols: se
     the names and only the distinct ones are looked up. None where that does not fit (an unended
     range, a text holding the separator): then the grouped queries are used."""
     se_sql = ",".join(map(str, se))
-    fields = {"p": f"((eventType IN ({se_sql})) << 40) | ([end] - start)"}  # NULL when unended: a count short
+    p = f"((eventType IN ({se_sql})) << 40) | ([end] - start)"  # NULL when unended: a count short
+    dp = "0"
     if dmap:
         did = "coalesce(domainId, -1)" if "domainId" in cols else "-1"
         pid = "((coalesce(globalTid, 0) >> 24) & 16777215)" if "globalTid" in cols else "0"
-        fields["dp"] = f"(({did} + 1) << 24) | {pid}"
+        dp = f"(({did} + 1) << 24) | {pid}"
     names = [x for x in ("text", "char(30) || textId") if x.split()[-1] in cols] + ["''"]
-    # one pass, no ORDER BY: every group_concat of one query sees the rows in the same order
-    outer = ", ".join(f"group_concat({e})" for e in fields.values())
-    row = db.scalar_rows(f"SELECT count(*), {outer}, group_concat(coalesce({', '.join(names)}), char(31)) "
-                         f"FROM [{t}] WHERE eventType IN ({','.join(map(str, pp + se))})", t)[0]
+    where = f"FROM [{t}] WHERE eventType IN ({','.join(map(str, pp + se))})"
+    # one pass, no ORDER BY: every group_concat of one query sees the rows in the same order. The
+    # (domain, process) of each range is concatenated only where there are several: most exports
+    # hold one, and its column costs a quarter of the pass
+    row = db.scalar_rows(f"SELECT count(*), group_concat({p}), min({dp}), max({dp}), "
+                         f"group_concat(coalesce({', '.join(names)}), char(31)) {where}", t)[0]
     n = int(row[0])
     try:
-        c = {k: parse_ints(v or "") for k, v in zip(fields, row[1:-1])}
-    except ValueError:
+        c = {"p": parse_ints(row[1] or "")}
+        if n and row[2] != row[3]:  # several: their column, read with the durations to keep the order
+            again = db.scalar_rows(f"SELECT group_concat({p}), group_concat({dp}) {where}", t)[0]
+            if not np.array_equal(parse_ints(again[0] or ""), c["p"]):
+                return None
+            c["dp"] = parse_ints(again[1] or "")
+        else:
+            c["dp"] = np.full(n, int(row[2] or 0), dtype=np.int64)
+    except (ValueError, TypeError):
         return None
     texts = (row[-1] or "").split("\x1f") if n else []
     if len(texts) != n or any(len(v) != n for v in c.values()):

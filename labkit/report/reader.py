@@ -156,6 +156,13 @@ class _Db:
         """True when ``table`` exists and holds a row (without counting a million of them)."""
         return table in self.tables and bool(self.scalar_rows(f"SELECT 1 FROM [{table}] LIMIT 1", table))
 
+    def rows_at_most(self, table: str) -> int:
+        """An upper bound on ``table``'s rows, at once: its largest rowid (nsys's tables are rowid
+        tables, numbered from 1; ``count`` reads every page of a million-row table)."""
+        if table not in self.tables:
+            return 0
+        return int(self.scalar_rows(f"SELECT coalesce(max(rowid), 0) FROM [{table}]", table)[0][0])
+
     def count(self, table: str) -> int:
         if table not in self._count:
             self._count[table] = int(self.scalar_rows(f"SELECT count(*) FROM [{table}]", table)[0][0]) \

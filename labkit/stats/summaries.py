@@ -139,7 +139,7 @@ def _packed(rep, t: str, key: str, where: str) -> pd.DataFrame | None:
     """The sorted ``(id << 40) | duration`` integers of :func:`_packed_summary` (column ``packed``), or
     None when they do not fit."""
     db = rep._db
-    if db.count(t) > 20_000_000:  # group_concat's text is capped at 1 GB
+    if db.rows_at_most(t) > 20_000_000:  # group_concat's text is capped at 1 GB
         return None
     # no ORDER BY: the order does not matter once sorted, and SQLite's sort would cost more than numpy's
     if len(rep._strings) >= 2**(62 - _DUR_BITS):
