@@ -43,6 +43,12 @@ gputest: warm 5.1x / 21x wall (4.7x / 37x cpu); whole processes 1.9x / 2.8x wall
 llama: warm 3.7x / 36x wall (3.5x / 31x cpu); whole processes 2.0x / 4.8x wall (1.9x / 4.7x cpu).
 Small reports (`--small`, 0.6-2.8 MB): labkit's process 0.95-1.5 s wall (0.45-0.48 s cpu) against
 nsys stats' 0.06-0.10 s; pandas' import (with pyarrow in it) and numpy's are most of it.
+Quiet box (2026-11-26 08:23 UTC, load average 0.5-0.8, `--no-projection`), after this round's changes
+(integers checked without a regular expression, no scan of unread tables at load), first / later loads:
+gputest: warm 4.2x / 31x wall; whole processes 2.0x / 3.9x (labkit 1.04 s / 0.53 s, nsys 2.09 s / 2.06 s).
+llama: warm 2.5x / 28x wall; whole processes 1.7x / 3.8x (labkit 1.42 s / 0.64 s, nsys 2.38 s / 2.44 s).
+Before those changes, same box and hour: gputest 3.4x / 1.8x, llama 2.3x / 1.6x (first load, warm /
+whole process): the loaded runs above flattered labkit (nsys stats took 4.6 s there, 2.0 s here).
 Round 1 (2026-11-23 23:51 UTC, gputest shape with projection): gpu_projection 5.6 s, nvtxgpuproj
 not finished in 600 s: projection more than 107x.
 """
