@@ -77,9 +77,9 @@ class Report:
 
     _TABLES = {"nvtx": "NVTX_EVENTS", "kernels": "CUPTI_ACTIVITY_KIND_KERNEL", "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
                "memset": "CUPTI_ACTIVITY_KIND_MEMSET", "cuda_api": "CUPTI_ACTIVITY_KIND_RUNTIME"}
-    """The table each frame with durations reads (:meth:`_check_order`)."""
+    """The table each frame with durations reads (:meth:`_note_reversed`)."""
 
-    def _check_order(self, table: str | None, df) -> None:
+    def _note_reversed(self, table: str | None, df) -> None:
         """Say (a note) how many events of ``table`` end before they start, when what was just read
         from it (``df``, a frame or a summary's own read) holds a negative duration: a crafted or
         damaged export. Said once per table, and only then is the export counted; a load reads no
@@ -105,7 +105,7 @@ class Report:
                     df = self._LOADERS[name](self)
                 except _DAMAGE as exc:  # values no nsys export holds (a damaged file): say so, in one line
                     raise self._db.fail(name, exc) from None
-                self._check_order(self._TABLES.get(name), df)
+                self._note_reversed(self._TABLES.get(name), df)
                 if cache is not None and len(self.notes) == said:  # a frame that left a note is read again
                     cache.put(name, df)
             self._frames[name] = df
@@ -120,7 +120,7 @@ class Report:
             if df is None:
                 said = len(self.notes)
                 df = build()
-                self._check_order(table, df)
+                self._note_reversed(table, df)
                 if df is not None and self._columnar is not None and len(self.notes) == said:
                     self._columnar.put(name, df)
             self._frames[key] = df
