@@ -5,7 +5,9 @@ speed-up within 25 %, never be a bound the fix exceeds, and no finding may predi
 own window / (window - saves). The table with every figure: benchmarks/known_answers.py."""
 from __future__ import annotations
 
+import os
 import re
+import sys
 
 import known_answers as ka
 import labkit
@@ -76,3 +78,47 @@ def test_a_range_nested_in_a_stages_call_is_that_stages_work(tmp_path):
     assert top["rule"] == "skip_work", top
     fixed = re.search(r"of 8 items, ([0-9.]+) ms each \(its nested set-up ranges\)", top["assumptions"])
     assert fixed and 22 < float(fixed.group(1)) < 28, top["assumptions"]  # 24 ms by construction, as measured
+
+
+@pytest.mark.nsys
+def test_the_critical_path_follows_a_handoff_and_tiles_the_window(tmp_path):
+    """handoff: the main thread prepares (10 ms) and waits while a worker infers (30 ms), item after
+    item. The critical path walks back through both threads (the worker's 'infer' is 3/4 of it) and its
+    segments tile the window, one after another, with no gap or overlap; the model's length is the
+    window, not the busiest thread's own time (3/4 of it)."""
+    from labkit.judge.whatif import WhatIf
+
+    rep = ka.profile("handoff", tmp_path)
+    a = labkit.advise(rep)
+    m = WhatIf(rep, a.attrs["window"], a.attrs["stages"])
+    path = m.critical()
+    w0, w1 = m.window
+    assert path["start_ns"].iloc[0] == w0 and path["end_ns"].iloc[-1] == w1
+    assert (path["start_ns"].iloc[1:].to_numpy() == path["end_ns"].iloc[:-1].to_numpy()).all()
+    on = m.path_stages().set_index("stage")["path_ms"]
+    span = (w1 - w0) / 1e6
+    assert 0.65 < on["infer"] / span < 0.85, on  # 30 of 40 ms by construction
+    assert 0.15 < on["prepare"] / span < 0.35, on
+    assert m.threads["own_ms"].max() < 0.85 * span  # the busiest thread alone misses a quarter of the run
+    top = a.iloc[0]
+    assert top["stage"] == "infer" and top["basis"] == "bound" and top["predicted_speedup"] > 3.5, top
+
+
+@pytest.mark.nsys
+def test_a_thread_busy_under_half_the_window_is_not_called_the_bound(tmp_path):
+    """The main thread prepares (10 ms, a range) and then waits for a child process that has no ranges
+    (it sleeps 150 ms): no thread with ranges was busy most of the window, and the bottleneck sentence
+    says so instead of naming 'prepare' as what bound throughput."""
+    prog = tmp_path / "waits_on_child.py"
+    prog.write_text(
+        "import subprocess, sys\nfrom labkit import annotate\nfrom _known import cpu\n"
+        "for i in range(4):\n"
+        "    with annotate.range('prepare', batch=i, items=1):\n        cpu(10)\n"
+        "    subprocess.run([sys.executable, '-c', 'import time; time.sleep(0.15)'], check=True)\n")
+    env = ka._env()
+    env["PYTHONPATH"] = os.pathsep.join([str(ka.KNOWN), env["PYTHONPATH"]])
+    rep = labkit.profile([sys.executable, str(prog)], name="waits_on_child", outdir=str(tmp_path),
+                         trace=("cuda", "nvtx", "osrt"), env=env)
+    b = labkit.bottleneck(rep)
+    assert b.thread_busy_frac < 0.5, b
+    assert "bound throughput" not in str(b) and "No thread or engine was busy most" in str(b), str(b)

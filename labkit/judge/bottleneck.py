@@ -13,6 +13,9 @@ from labkit.stats.stages import _warmup_mask, domains, stage_labels
 
 __all__ = ["bottleneck", "Bottleneck"]
 
+IDLE_MOST = 0.5
+"""A thread busy less than half the window did not bound it: something else held the run the rest."""
+
 
 
 
@@ -161,6 +164,11 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     elif gpu_bound:
         sentence = (f"The GPU bound throughput: kernels kept the SMs busy {gpu_frac:.0%} of {wall_ms:.1f} ms, more "
                     f"than any thread was busy (busiest: {row['thread']} at {frac:.0%}, mostly '{row['stage']}')"
+                    f"{copies}.")
+    elif frac < IDLE_MOST:
+        sentence = (f"No thread or engine was busy most of the {wall_ms:.1f} ms: the busiest, {row['thread']}, was busy "
+                    f"{frac:.0%} (mostly '{row['stage']}', {row['self_ns'] / 1e6:.1f} ms), so the run waits on work its "
+                    f"ranges do not show: another process, a thread without ranges, or time between ranges; {sm}"
                     f"{copies}.")
     else:
         lat = float(waited.get(top_tid, 0)) / max(float(busy.max()), 1.0)

@@ -119,6 +119,32 @@ def latency(ev: Evidence) -> list[dict]:
                  touch_ms=s_own - after)]
 
 
+def taking_turns(ev: Evidence) -> list[dict]:
+    """No thread limits the run, but one stage, run by several threads in turn (a lock held for it, a
+    resource one at a time), holds most of the critical path: a cheaper stage shortens the path."""
+    if _limiting(ev) is not None:
+        return []
+    m = ev.model
+    ps = m.path_stages()
+    span = (m.window[1] - m.window[0]) / 1e6
+    if ps.empty or span <= 0:
+        return []
+    top = ps.iloc[0]
+    stage, on_path, n = str(top["stage"]), float(top["path_ms"]), int(top["threads"])
+    if n < 2 or on_path < DOMINANT_SHARE * span or _is_setup(stage) or _given(ev, stage):
+        return []
+    st = m.stages[m.stages["stage"] == stage]
+    gone = st.groupby("tid")["own_ms"].sum().to_dict()
+    text = (f"no thread's own time limits the run (they are within {BALANCED - 1:.0%} of each other), but "
+            f"'{stage}', run by {n} threads in turn, holds {on_path:.0f} ms of the {span:.0f} ms critical path "
+            f"({on_path / span:.0%}): while one thread runs it the others wait; the prediction is the most a cheaper "
+            f"'{stage}' can give: '{stage}' taking no time at all")
+    return [dict(row("taking_turns", f"Threads take turns in '{stage}'", text, "cheaper_stage",
+                     m.speedup(gone, stages=[stage]), "bound", f"'{stage}' costs nothing; {BOUND_MODEL}", stage),
+                 touch_ms=on_path, helpers_ms={**gone, **{h: gone.get(h, 0.0) + ms for h, ms in
+                                                          m.helped(gone, [stage]).items()}})]
+
+
 def dominant(ev: Evidence) -> list[dict]:
     """One stage holds most of the limiting thread's own time: its own levers matter most."""
     lim = _limiting(ev)
@@ -462,6 +488,6 @@ def gpu_bound(ev: Evidence) -> list[dict]:
             ("reduce_precision", "compile")]
 
 
-RULES = (serial, latency, dominant, per_call, fitted_batch, underfilled, sync_apis, sync_copies, pageable, starvation, low_utilization, launch_bound,
+RULES = (serial, latency, dominant, taking_turns, per_call, fitted_batch, underfilled, sync_apis, sync_copies, pageable, starvation, low_utilization, launch_bound,
          gpu_bound)
 """Every rule but ``removable`` (which needs the caller's list): a function of the evidence."""
