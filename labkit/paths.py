@@ -29,7 +29,7 @@ from labkit.errors import (MANIFEST, LabkitError, OutputError, manifest_names, o
                            written_by_labkit)
 
 __all__ = ["NAME_MAX", "MANIFEST", "NameError_", "OutputExistsError", "check_name", "report_files", "nsys_output",
-           "check_input", "atomic_write", "written_by_labkit", "record_written", "manifest_names"]
+           "check_input", "check_output", "atomic_write", "written_by_labkit", "record_written", "manifest_names"]
 
 NAME_MAX = 255
 """Bytes in one file name (Linux ``NAME_MAX`` on ext4, xfs, tmpfs, btrfs)."""
@@ -109,6 +109,23 @@ def check_input(path, *, what: str = "input file") -> Path:
     return p
 
 
+def check_output(path, *, overwrite: bool = False, what: str = "file") -> Path:
+    """``path`` when :func:`atomic_write` may write it (call it before long work, so a refusal comes
+    first): not a folder, not a name too long, and absent, labkit's own or ``overwrite``; else
+    OutputExistsError / OutputError in one line."""
+    path = Path(path)
+    try:
+        is_dir, exists = path.is_dir(), os.path.lexists(path)
+    except OSError as exc:  # a name longer than NAME_MAX
+        raise output_error(path, exc, what=f"write the {what}") from None
+    if is_dir:
+        raise OutputError(f"cannot write the {what} {_shown(path)}: it is a folder: pass a file path")
+    if exists and not overwrite and not written_by_labkit(path):
+        raise OutputExistsError(f"{_shown(str(path))} already exists and labkit did not write it: pass --overwrite "
+                                f"(overwrite=True) to replace it, or choose another path")
+    return path
+
+
 def atomic_write(path, data: str | bytes, *, overwrite: bool = False, what: str = "file", mode: int = 0o644) -> Path:
     """Write ``data`` to ``path`` through a temporary file in its folder and a rename.
 
@@ -116,12 +133,7 @@ def atomic_write(path, data: str | bytes, *, overwrite: bool = False, what: str 
     otherwise :class:`OutputExistsError` names it and the fix. Returns the path.
     Raises: OutputExistsError, OutputError (folder missing or not writable, disk full).
     """
-    path = Path(path)
-    if path.is_dir():
-        raise OutputError(f"cannot write the {what} {_shown(path)}: it is a folder: pass a file path")
-    if os.path.lexists(path) and not overwrite and not written_by_labkit(path):
-        raise OutputExistsError(f"{_shown(str(path))} already exists and labkit did not write it: pass --overwrite "
-                                f"(overwrite=True) to replace it, or choose another path")
+    path = check_output(path, overwrite=overwrite, what=what)
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     folder = path.parent
     try:
