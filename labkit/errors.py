@@ -39,12 +39,17 @@ def _from_env(path) -> str:
         value = os.environ.get(var)
         if not value:
             continue
+        folder = Path(value)
+        if var == "LABKIT_REPORTS":  # a relative value is the project's folder, as labkit reads it
+            from labkit.env import reports_dir
+
+            folder = reports_dir()
         try:
-            inside = Path(path).absolute().is_relative_to(Path(value).absolute())
+            inside = Path(path).absolute().is_relative_to(folder.absolute())
         except (OSError, ValueError):
             inside = False
         if inside:
-            return f" ({var}={value}: set {var} to another folder)"
+            return f" ({var}={_cut(value)}: set {var} to another folder)"
     return ""
 
 
