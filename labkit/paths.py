@@ -2,7 +2,8 @@
 
 Names that become files (a profile, a step's run, a report, an output) pass :func:`check_name`:
 any name a Linux file system takes and labkit can show is accepted; ``""``, ``.``, ``..``, a
-separator, NUL or another control character, a name that is not valid UTF-8 (from a
+separator, NUL or another control character (C1 and the bidirectional overrides too: a name
+``report\\u202egnp.exe`` that ``ls`` shows reversed), a name that is not valid UTF-8 (from a
 ``surrogateescape``-decoded argv) and a name whose file would pass ``NAME_MAX`` (255 bytes) end in one
 :class:`NameError_`-line naming the fix. :func:`report_files` is what ``nsys profile -o`` writes
 for a name (``model.fp16`` -> ``model.fp16.nsys-rep``: a suffix added, never replaced), and
@@ -34,7 +35,6 @@ __all__ = ["NAME_MAX", "MANIFEST", "NameError_", "OutputExistsError", "check_nam
 NAME_MAX = 255
 """Bytes in one file name (Linux ``NAME_MAX`` on ext4, xfs, tmpfs, btrfs)."""
 REPORT_SUFFIXES = (".nsys-rep", ".sqlite", ".log")
-_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 class NameError_(LabkitError, ValueError):
@@ -67,8 +67,11 @@ def check_name(name, *, what: str = "name", suffix: str = ".nsys-rep") -> str:
     if re.search("[\ud800-\udfff]", name):
         raise NameError_(f"the {what} {_shown(name)} is not valid UTF-8 (bytes from a file name in another "
                          f"encoding): rename it to UTF-8 or {fix}")
-    if _CONTROL.search(name):
-        raise NameError_(f"the {what} {_shown(name)} holds a control character (a newline, a tab, NUL...): {fix}")
+    from labkit.safe_text import has_control  # the terminal's rule: what it would show as \xNN is no name
+
+    if has_control(name):
+        raise NameError_(f"the {what} {_shown(name)} holds a control character (a newline, a tab, NUL, a "
+                         f"right-to-left override...): {fix}")
     size = len(os.fsencode(name + suffix))
     if size > NAME_MAX:
         raise NameError_(f"the {what} is {size} bytes long with its suffix {suffix!r}, more than the {NAME_MAX} "
