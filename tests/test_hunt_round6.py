@@ -172,3 +172,53 @@ def test_timeline_over_a_folder_or_a_file_is_refused_before_drawing(tmp_path, ca
     assert "--overwrite" in _one_line(capsys.readouterr().err) and mine.read_text() == "mine"
     assert main(["timeline", str(SMALL), "-o", str(mine), "--overwrite"]) == 0
     assert mine.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("args", [["table", "{ledger}", "--output", "o" * 300 + ".md"],
+                                  ["export", "--perfetto", str(SMALL), "-o", "p" * 300 + ".json"],
+                                  ["table", "l" * 300 + ".jsonl"], ["compare", str(SMALL), "r" * 300 + ".sqlite"]])
+def test_other_commands_given_a_name_too_long_are_one_line(tmp_path, monkeypatch, capsys, args):
+    from labkit.bench.ledger import Ledger
+
+    monkeypatch.chdir(tmp_path)
+    Ledger(tmp_path / "ledger.jsonl").append({**ROW, "env": {"host": "h"}})
+    assert main([a.replace("{ledger}", str(tmp_path / "ledger.jsonl")) for a in args]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert "255 bytes" in line and "shorter name" in line and len(line) < 400
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.jsonl"]
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_labkit_reports_too_long_names_the_variable(tmp_path, monkeypatch, capsys, relative):
+    monkeypatch.chdir(tmp_path)  # a relative value is under the project: nothing is created there either
+    monkeypatch.setenv("LABKIT_REPORTS", "r" * 300 if relative else str(tmp_path / ("r" * 300)))
+    assert main(["table"]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert "shorter name" in line and "set LABKIT_REPORTS to another folder" in line
+
+
+# ----------------------------------------------------------------------------- family 1: names that become files
+@pytest.mark.parametrize("name", ["report\u202egnp.exe", "a\x85b", "a\u2028b", "a\u2066b"])
+def test_a_name_with_a_bidi_override_or_c1_control_never_becomes_a_file(tmp_path, capsys, name):
+    from labkit.paths import NameError_, check_name
+
+    with pytest.raises(NameError_, match="control character"):
+        check_name(name, what="report name")
+    assert main(["profile", "--name", name, "--outdir", str(tmp_path / "out"), "--", "true"]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert "report name" in line and not any(c in line for c in name if not c.isalnum() and c != ".")
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_plot_labels_show_control_characters_and_draw_without_glyph_warnings(tmp_path):
+    import labkit
+
+    odd = tmp_path / "t\x1b[2J\x07.sqlite"
+    shutil.copy(SMALL, odd)
+    assert safe_text.mathtext("a\n(on $b$)\x1b") == "a\n(on \\$b\\$)\\x1b"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig = labkit.plot_timeline(labkit.load_report(odd))
+        fig.savefig(io.BytesIO(), format="png")
+    assert not [w for w in caught if "Glyph" in str(w.message)]
+    assert fig.axes[0].get_title() == "t\\x1b[2J\\x07.sqlite"
