@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from labkit.errors import LabkitError
-from labkit.safe_text import csv_frame, terminal
+from labkit.safe_text import csv_frame, terminal, terminal_lines
 
 __all__ = ["main", "cli_profile", "cli_summary", "text_table", "print_tables", "report_paths"]
 
@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<10} {help_}", file=out)
         return 2 if unknown else 0
     module, func, _ = _COMMANDS[argv[0]]
+    # the command line's one exit for text: a name from a report, a ledger or an argument is shown,
+    # never obeyed (an escape sequence, a bell, a bidirectional override), whichever line prints it
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Shown(sys.stdout), _Shown(sys.stderr)
     try:
         return int(getattr(importlib.import_module(module), func)(argv[1:]) or 0)
     except BrokenPipeError:  # `python -m labkit summary R | head`: the reader left, nothing to say
@@ -54,6 +58,34 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:  # Ctrl-C: one line (what was kept), no traceback, the shell's 130
         print(f"labkit: {exc.args[0] if exc.args else 'interrupted'}", file=sys.stderr)
         return 130
+    except LabkitError as exc:  # a fault no command worded itself: still one line
+        print(f"labkit: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # one no command worded: a path argument too long to look at, say
+        from labkit.errors import os_error
+
+        print(f"labkit: {os_error(exc)}", file=sys.stderr)
+        return 1
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+class _Shown:
+    """A text stream whose writes go through :func:`labkit.safe_text.terminal_lines` (lines,
+    tabs and carriage returns kept; every other control character shown as ``\\xNN``)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        return self._stream.write(terminal_lines(text))
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 _SUMMARY_FUNCS = {  # --what -> (module, function); imported only when asked for

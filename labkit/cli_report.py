@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -34,11 +35,11 @@ def _span(args) -> dict:
     if args.window is not None:
         try:
             s, e = (float(x) for x in args.window.split(","))
-        except ValueError:
-            print(f"labkit: --window {args.window!r}: give START_MS,END_MS, two numbers in ms (e.g. 1200,1500)",
-                  file=sys.stderr)
+            out["window"] = (round(s * 1e6), round(e * 1e6))  # nan, inf and 1e400 raise here too
+        except (ValueError, OverflowError):
+            print(f"labkit: --window {args.window!r}: give START_MS,END_MS, two finite numbers in ms (e.g. "
+                  f"1200,1500; --window=-5,10 for a negative start)", file=sys.stderr)
             raise SystemExit(2) from None
-        out["window"] = (round(s * 1e6), round(e * 1e6))
     if args.within is not None:
         out["within"] = args.within
     return out
@@ -172,14 +173,14 @@ def cli_timeline(argv: list[str]) -> int:
     if suffix not in _FIGURE_SUFFIXES + (".html",):
         print(f"labkit: -o {args.output}: give a file ending in .png, .svg, .pdf or .html", file=sys.stderr)
         return 2
-    if out.exists() and not args.overwrite:
-        print(f"labkit: {out} exists: pass --overwrite to replace it, or another -o", file=sys.stderr)
-        return 1
     import labkit
-    from labkit.annotate import write_atomic
-    from labkit.errors import output_error
+    from labkit.paths import atomic_write, check_output
 
     try:
+        check_output(out, overwrite=args.overwrite, what="timeline")  # before the drawing, not after
+        if not args.overwrite and os.path.lexists(out):  # the command never replaces a file unasked, even its own
+            print(f"labkit: {out} exists: pass --overwrite to replace it, or another -o", file=sys.stderr)
+            return 1
         rep = labkit.load_report(args.report)
         if "within" in span:
             rep = labkit.restrict(rep, within=span["within"])
@@ -193,16 +194,10 @@ def cli_timeline(argv: list[str]) -> int:
             buf = io.BytesIO()
             fig.savefig(buf, format=suffix[1:])
             data = buf.getvalue()
-        try:
-            write_atomic(out, data, overwrite=args.overwrite)
-        except FileExistsError:
-            print(f"labkit: {out} exists: pass --overwrite to replace it, or another -o", file=sys.stderr)
-            return 1
-        except OSError as exc:
-            raise output_error(out, exc) from None
+        atomic_write(out, data, overwrite=args.overwrite, what="timeline")
     except LabkitError as exc:
         return _fail(exc)
-    print(f"wrote {out} ({out.stat().st_size:,} bytes)")
+    print(f"wrote {out} ({len(data):,} bytes)")
     return 0
 
 

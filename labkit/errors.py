@@ -39,12 +39,17 @@ def _from_env(path) -> str:
         value = os.environ.get(var)
         if not value:
             continue
+        folder = Path(value)
+        if var == "LABKIT_REPORTS":  # a relative value is the project's folder, as labkit reads it
+            from labkit.env import reports_dir
+
+            folder = reports_dir()
         try:
-            inside = Path(path).absolute().is_relative_to(Path(value).absolute())
+            inside = Path(path).absolute().is_relative_to(folder.absolute())
         except (OSError, ValueError):
             inside = False
         if inside:
-            return f" ({var}={value}: set {var} to another folder)"
+            return f" ({var}={_cut(value)}: set {var} to another folder)"
     return ""
 
 
@@ -52,11 +57,26 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # a name too long, a loop of links: not a folder labkit can use
+        return False
+
+
+def _cut(path, n: int = 80) -> str:
+    text = str(path)
+    return text if len(text) <= n else f"{text[:n - 20]}…{text[-19:]} ({len(os.fsencode(text)):,} bytes)"
+
+
 def output_error(path, exc: OSError, *, need_bytes: int | None = None, what: str = "write") -> OutputError:
     """One-line :class:`OutputError` for an ``OSError`` met writing ``path``: the folder, the
     reason, the space needed (full disk) and the fix."""
     path = Path(path)
-    folder = path if path.is_dir() else path.parent
+    if exc.errno == errno.ENAMETOOLONG:
+        return OutputError(f"cannot {what} {_cut(path)}: a name in it is longer than the 255 bytes a file name may "
+                           f"have (or the path passes 4096): choose a shorter name{_from_env(path)}")
+    folder = path if _is_dir(path) else path.parent
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         free = _free(folder)
         need = f"; about {_mb(need_bytes)} is needed" if need_bytes else ""
@@ -69,6 +89,15 @@ def output_error(path, exc: OSError, *, need_bytes: int | None = None, what: str
         return OutputError(f"cannot {what} {path}: a file is in the way (a folder is needed there): move it, or "
                            f"choose another folder{_from_env(path)}")
     return OutputError(f"cannot {what} {path}: {exc.strerror or exc}: check the folder {folder}{_from_env(path)}")
+
+
+def os_error(exc: OSError) -> LabkitError:
+    """One-line :class:`LabkitError` for an ``OSError`` that reached the command line unworded (a
+    path argument too long to look at, say): the path, the reason, the fix."""
+    if exc.errno == errno.ENAMETOOLONG:
+        return output_error(exc.filename or "", exc, what="use")
+    name = f" {_cut(exc.filename)}" if exc.filename is not None else ""
+    return LabkitError(f"cannot use{name}: {exc.strerror or exc}: check the path and its permissions")
 
 
 def _free(folder: Path) -> int | None:

@@ -2,7 +2,8 @@
 
 Names that become files (a profile, a step's run, a report, an output) pass :func:`check_name`:
 any name a Linux file system takes and labkit can show is accepted; ``""``, ``.``, ``..``, a
-separator, NUL or another control character, a name that is not valid UTF-8 (from a
+separator, NUL or another control character (C1 and the bidirectional overrides too: a name
+``report\\u202egnp.exe`` that ``ls`` shows reversed), a name that is not valid UTF-8 (from a
 ``surrogateescape``-decoded argv) and a name whose file would pass ``NAME_MAX`` (255 bytes) end in one
 :class:`NameError_`-line naming the fix. :func:`report_files` is what ``nsys profile -o`` writes
 for a name (``model.fp16`` -> ``model.fp16.nsys-rep``: a suffix added, never replaced), and
@@ -29,12 +30,11 @@ from labkit.errors import (MANIFEST, LabkitError, OutputError, manifest_names, o
                            written_by_labkit)
 
 __all__ = ["NAME_MAX", "MANIFEST", "NameError_", "OutputExistsError", "check_name", "report_files", "nsys_output",
-           "check_input", "atomic_write", "written_by_labkit", "record_written", "manifest_names"]
+           "check_input", "check_output", "atomic_write", "written_by_labkit", "record_written", "manifest_names"]
 
 NAME_MAX = 255
 """Bytes in one file name (Linux ``NAME_MAX`` on ext4, xfs, tmpfs, btrfs)."""
 REPORT_SUFFIXES = (".nsys-rep", ".sqlite", ".log")
-_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 class NameError_(LabkitError, ValueError):
@@ -67,8 +67,11 @@ def check_name(name, *, what: str = "name", suffix: str = ".nsys-rep") -> str:
     if re.search("[\ud800-\udfff]", name):
         raise NameError_(f"the {what} {_shown(name)} is not valid UTF-8 (bytes from a file name in another "
                          f"encoding): rename it to UTF-8 or {fix}")
-    if _CONTROL.search(name):
-        raise NameError_(f"the {what} {_shown(name)} holds a control character (a newline, a tab, NUL...): {fix}")
+    from labkit.safe_text import has_control  # the terminal's rule: what it would show as \xNN is no name
+
+    if has_control(name):
+        raise NameError_(f"the {what} {_shown(name)} holds a control character (a newline, a tab, NUL, a "
+                         f"right-to-left override...): {fix}")
     size = len(os.fsencode(name + suffix))
     if size > NAME_MAX:
         raise NameError_(f"the {what} is {size} bytes long with its suffix {suffix!r}, more than the {NAME_MAX} "
@@ -109,6 +112,23 @@ def check_input(path, *, what: str = "input file") -> Path:
     return p
 
 
+def check_output(path, *, overwrite: bool = False, what: str = "file") -> Path:
+    """``path`` when :func:`atomic_write` may write it (call it before long work, so a refusal comes
+    first): not a folder, not a name too long, and absent, labkit's own or ``overwrite``; else
+    OutputExistsError / OutputError in one line."""
+    path = Path(path)
+    try:
+        is_dir, exists = path.is_dir(), os.path.lexists(path)
+    except OSError as exc:  # a name longer than NAME_MAX
+        raise output_error(path, exc, what=f"write the {what}") from None
+    if is_dir:
+        raise OutputError(f"cannot write the {what} {_shown(path)}: it is a folder: pass a file path")
+    if exists and not overwrite and not written_by_labkit(path):
+        raise OutputExistsError(f"{_shown(str(path))} already exists and labkit did not write it: pass --overwrite "
+                                f"(overwrite=True) to replace it, or choose another path")
+    return path
+
+
 def atomic_write(path, data: str | bytes, *, overwrite: bool = False, what: str = "file", mode: int = 0o644) -> Path:
     """Write ``data`` to ``path`` through a temporary file in its folder and a rename.
 
@@ -116,12 +136,7 @@ def atomic_write(path, data: str | bytes, *, overwrite: bool = False, what: str 
     otherwise :class:`OutputExistsError` names it and the fix. Returns the path.
     Raises: OutputExistsError, OutputError (folder missing or not writable, disk full).
     """
-    path = Path(path)
-    if path.is_dir():
-        raise OutputError(f"cannot write the {what} {_shown(path)}: it is a folder: pass a file path")
-    if os.path.lexists(path) and not overwrite and not written_by_labkit(path):
-        raise OutputExistsError(f"{_shown(str(path))} already exists and labkit did not write it: pass --overwrite "
-                                f"(overwrite=True) to replace it, or choose another path")
+    path = check_output(path, overwrite=overwrite, what=what)
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     folder = path.parent
     try:

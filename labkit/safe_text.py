@@ -9,21 +9,27 @@ Every place labkit shows such text passes it through one of these, chosen by whe
   :func:`markdown_no_html` for a whole markdown text of ours that quotes names (raw HTML escaped
   outside code spans);
 - :func:`csv_field` / :func:`csv_frame` for CSV: a field starting ``= + - @`` TAB or CR gets a
-  leading ``'`` (OWASP's advice against formula injection in spreadsheets);
+  leading ``'`` (OWASP's advice against formula injection in spreadsheets), and its control
+  characters but newline, tab and carriage return are shown as :func:`terminal` shows them;
 - :func:`terminal` for a terminal: control characters (and bidirectional overrides) shown as
-  ``\\xNN``/``\\uNNNN``, never obeyed;
-- :func:`mathtext` for matplotlib: ``$`` escaped, so a name is never parsed as mathtext.
+  ``\\xNN``/``\\uNNNN``, never obeyed; :func:`terminal_lines` the same for a whole text of lines
+  (newline, tab and carriage return kept): what the command line writes to stdout and stderr;
+- :func:`mathtext` for matplotlib: ``$`` escaped, so a name is never parsed as mathtext, and
+  control characters but newline shown as ``\\xNN``.
 """
 from __future__ import annotations
 
 import html as _html
 import re
 
-__all__ = ["html", "markdown_cell", "markdown_no_html", "csv_field", "csv_frame", "terminal", "mathtext"]
+__all__ = ["html", "markdown_cell", "markdown_no_html", "csv_field", "csv_frame", "terminal", "terminal_lines",
+           "mathtext", "has_control"]
 
 # C0 and C1 controls, DEL, and the invisible direction controls that reorder what a terminal shows
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
+_CONTROL_IN_LABELS = re.compile(_CONTROL.pattern.replace("\x00-\x1f", "\x00-\x09\x0b-\x1f"))
+_CONTROL_IN_LINES = re.compile(_CONTROL.pattern.replace("\x00-\x1f", "\x00-\x08\x0b\x0c\x0e-\x1f"))
 
 
 def _show(ch: str) -> str:
@@ -44,6 +50,18 @@ def terminal(text) -> str:
     """``text`` with every control character shown as ``\\xNN`` (``\\uNNNN`` above 0xff): one line,
     no escape sequence a terminal would obey, nothing reordered."""
     return _CONTROL.sub(lambda m: _show(m.group()), _str(text))
+
+
+def has_control(text) -> bool:
+    """True when ``text`` holds a character :func:`terminal` would show as ``\\xNN``/``\\uNNNN``
+    (C0 or C1 control, DEL, a bidirectional control, a line or paragraph separator)."""
+    return _CONTROL.search(_str(text)) is not None
+
+
+def terminal_lines(text) -> str:
+    """:func:`terminal`'s rule for a text of several lines: newline, tab and carriage return kept
+    (a table, CSV, a progress bar), every other control character shown as ``\\xNN``."""
+    return _CONTROL_IN_LINES.sub(lambda m: _show(m.group()), _str(text))
 
 
 def html(text) -> str:
@@ -78,10 +96,13 @@ def markdown_no_html(text) -> str:
 
 def csv_field(value):
     """A CSV field that a spreadsheet shows as text: a string starting with ``= + - @``, TAB or CR
-    gets a leading ``'`` (OWASP, CSV injection); other values unchanged."""
-    if isinstance(value, str) and value.startswith(_FORMULA):
-        return "'" + value
-    return value
+    gets a leading ``'`` (OWASP, CSV injection), and control characters but newline, tab and
+    carriage return are shown as ``\\xNN`` (an escape sequence printed with the CSV is never
+    obeyed by the terminal); other values unchanged."""
+    if not isinstance(value, str):
+        return value
+    value = terminal_lines(value)
+    return "'" + value if value.startswith(_FORMULA) else value
 
 
 def csv_frame(df):
@@ -98,5 +119,7 @@ def csv_frame(df):
 
 def mathtext(text) -> str:
     """``text`` for a matplotlib label: ``$`` escaped, so data is never parsed as mathtext (a
-    crafted name would raise at draw time or render as formulas)."""
-    return _str(text).replace("$", r"\$")
+    crafted name would raise at draw time or render as formulas), and control characters but
+    newline shown as :func:`terminal` shows them (no font has a glyph for them: a box and a
+    warning each)."""
+    return _CONTROL_IN_LABELS.sub(lambda m: _show(m.group()), _str(text)).replace("$", r"\$")

@@ -81,14 +81,44 @@ def _number(value: Any) -> bool:
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
 
 
+class _TwiceError(ValueError):
+    """A JSON object that gives one field twice."""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict:
+    """A JSON object of a ledger line; a field given twice is refused (readers disagree on which
+    value counts: a row could show one step here and another elsewhere)."""
+    row = dict(pairs)
+    if len(row) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _TwiceError(f"field {twice!r:.40} is given twice in one object")
+    return row
+
+
+def _not_unicode(value: Any) -> str | None:
+    """The first text in ``value`` (keys included) that is not valid Unicode (an unpaired surrogate
+    such as ``\\ud800``, which JSON can spell but no output can encode), as ``repr``; else None."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return repr(exc.object[max(0, exc.start - 20):exc.end])
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
 def row_problem(row: Any) -> str | None:
     """What makes a decoded ledger line unusable, as ``field 'x' should be ..., not ...``; None
     for a good row. The one schema every reader of the ledger relies on: ``step`` non-empty
     text; ``schema`` a whole number; ``status`` one of :data:`STATUSES`; the sections (``env``,
     ``config``, ``metrics``, ``provenance``, ``paths``) objects; text fields text; the figures
-    numbers (``stage_ms`` an object of numbers)."""
+    numbers (``stage_ms`` an object of numbers); every text valid Unicode."""
     if not isinstance(row, dict):
         return f"a JSON {type(row).__name__}, not an object"
+    odd = _not_unicode(row)
+    if odd:
+        return f"text that is not valid Unicode (an unpaired surrogate): {odd}"
     step = row.get("step")
     if not step:
         return "no 'step' field"
@@ -299,8 +329,10 @@ class Ledger:
             if not raw.strip():
                 continue
             try:
-                row = json.loads(raw)
+                row = json.loads(raw, object_pairs_hook=_object)
                 problem = row_problem(row)  # one schema: a row every reader can use, or skipped here
+            except _TwiceError as exc:
+                problem = str(exc)
             except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
                 problem = f"not valid JSON: {str(exc)[:200]}"
             if problem:

@@ -40,6 +40,29 @@ def scheduler_from_env(scheduler=None):
     return scheduler
 
 
+def _file_address(path: Path) -> str | None:
+    """The address in a scheduler file (``dask scheduler --scheduler-file``: a JSON object whose
+    ``address`` is ``PROTOCOL://HOST:PORT``); None when ``path`` is no file; ClusterError in one line
+    when it is a file but not a scheduler file."""
+    import json
+
+    try:
+        if not path.is_file():
+            return None
+        with open(path, "rb") as f:
+            data = json.loads(f.read(1_000_001)[:1_000_000])
+    except OSError:
+        return None
+    except (ValueError, RecursionError) as exc:  # not JSON (UnicodeDecodeError is a ValueError)
+        data = exc
+    address = data.get("address") if isinstance(data, dict) else None
+    if not isinstance(address, str) or "://" not in address:
+        raise ClusterError(f"{str(path)!r:.200} is not a Dask scheduler file (a JSON object whose 'address' is "
+                           f"PROTOCOL://HOST:PORT, as `dask scheduler --scheduler-file` writes it): pass the file the "
+                           f"scheduler wrote, its address, or scheduler='local'")
+    return address
+
+
 def _connect(scheduler, n_items: int):
     """(client, [what to close after]) for a scheduler that is not "serial": the client and the cluster
     this call opened, never a client it was given."""
@@ -64,13 +87,15 @@ def _connect(scheduler, n_items: int):
                                    dashboard_address=":0", silence_logs=logging.ERROR)
         client = Client(cluster)
         return client, [client, cluster]
+    address = text if "://" in text else _file_address(Path(text).expanduser())
     try:
-        if "://" in text:
-            client = Client(text, timeout="10s")
+        if address is not None:
+            client = Client(address, timeout="10s")
             return client, [client]
-        if Path(text).expanduser().is_file():
-            client = Client(scheduler_file=str(Path(text).expanduser()), timeout="10s")
-            return client, [client]
+    except ValueError as exc:  # no port, a port that is not a number, an unknown scheme
+        raise ClusterError(f"the Dask scheduler address {address!r:.200} is not valid ({str(exc)[:200]}): give "
+                           f"PROTOCOL://HOST:PORT, e.g. tcp://10.0.0.5:8786 (as `dask scheduler` prints it), or "
+                           f"pass scheduler='local'") from None
     except (OSError, TimeoutError) as exc:
         where = text if "://" in text else f"the scheduler in {text}"
         raise ClusterError(f"cannot reach the Dask scheduler at {where} ({type(exc).__name__}: "

@@ -119,7 +119,12 @@ class Report:
             df = self._columnar.get(name) if self._columnar is not None else None
             if df is None:
                 said = len(self.notes)
-                df = build()
+                try:
+                    df = build()
+                except _DAMAGE as exc:  # as in _frame: values no nsys export holds, said in one line
+                    if self._db is None:
+                        raise
+                    raise self._db.fail(table or name, exc) from None
                 self._note_reversed(table, df)
                 if df is not None and self._columnar is not None and len(self.notes) == said:
                     self._columnar.put(name, df)
