@@ -255,6 +255,9 @@ class WhatIf:
     MAX_STEPS = 200_000
     """Hops of the critical-path walk; a trace that needs more gets no path (the model then reads own
     times alone) rather than a partial one."""
+    MAX_CHECKS = 5_000_000
+    """Threads looked at over all hops (hops x threads alive): the same rule for traces of many
+    threads, so the walk stays within about a second of Python."""
 
     def _waiting(self, g: int, t: int):
         """The peer wait of thread ``g`` holding the instant just before ``t`` as (start, end), or None."""
@@ -281,7 +284,10 @@ class WhatIf:
         or finished just before), ties going to the one whose last traced event (range, CUDA or OS
         call) ended nearest before ``t``; None when no traced thread worked meanwhile."""
         best, key = None, None
-        for u in self._extent:
+        ids, x0, x1 = self._spans
+        self._checks += len(ids)
+        for u in ids[(x1 > since) & (x0 < t)]:  # only threads that existed during the wait
+            u = int(u)
             if u == g:
                 continue
             lw = self._last_work(u, t)
@@ -300,7 +306,7 @@ class WhatIf:
         or process). While a thread works the path stays on it; where it waited on a peer the path goes
         to the thread that worked until just before it went on (:meth:`_releaser`). Segments tile the
         window; before the first thread's first event, or after the last's, the path is tid -1.
-        None when the walk needs more than :data:`MAX_STEPS` hops."""
+        None when the walk needs more than :data:`MAX_STEPS` hops or :data:`MAX_CHECKS` looks."""
         if self._critical is not None:
             return self._critical if len(self._critical) else None
         w0, w1 = self.window
@@ -313,9 +319,16 @@ class WhatIf:
         t = max(self._last_work(g, w1), w0)
         if t < w1:
             segs.append((-1, t, w1, False))
+        ids = np.array(list(self._extent), dtype=np.int64)
+        self._spans = (ids, np.array([self._extent[int(u)][0] for u in ids], dtype=np.int64),
+                       np.array([self._extent[int(u)][1] for u in ids], dtype=np.int64))
+        self._checks = 0
         for _ in range(self.MAX_STEPS):
             if t <= w0:
                 break
+            if self._checks > self.MAX_CHECKS:
+                self._critical = pd.DataFrame()
+                return None
             x0 = self._extent[g][0]
             iv = self._waiting(g, t)
             if iv is None and t > x0:  # working: the path stays on the thread back to its last wait

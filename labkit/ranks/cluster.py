@@ -63,6 +63,20 @@ def _file_address(path: Path) -> str | None:
     return address
 
 
+def _check_address(address: str) -> None:
+    """ValueError unless ``address`` is ``PROTOCOL://LOCATION`` with a protocol Dask knows and, for
+    the socket protocols, a host and a port that is a number (checked here, synchronously: a Client
+    given a bad one raised in its own event loop thread, and the caller could wait forever)."""
+    from distributed.comm import get_address_host_port
+    from distributed.comm.addressing import parse_address
+    from distributed.comm.registry import get_backend
+
+    scheme, _ = parse_address(address)
+    get_backend(scheme)
+    if scheme in ("tcp", "tls", "ws", "wss"):
+        get_address_host_port(address)
+
+
 def _connect(scheduler, n_items: int):
     """(client, [what to close after]) for a scheduler that is not "serial": the client and the cluster
     this call opened, never a client it was given."""
@@ -90,6 +104,7 @@ def _connect(scheduler, n_items: int):
     address = text if "://" in text else _file_address(Path(text).expanduser())
     try:
         if address is not None:
+            _check_address(address)  # before Client: its event loop thread may never report a bad one
             client = Client(address, timeout="10s")
             return client, [client]
     except ValueError as exc:  # no port, a port that is not a number, an unknown scheme
