@@ -51,7 +51,7 @@ lab: $(STAMP)
 	$(PY) scripts/run_lab.py --mode $(MODE)
 
 test: $(STAMP)
-	@set +e; $(PY) -m pytest -q -rs $(PYTEST_ARGS); rc=$$?; \
+	@set +e; $(PY) -m pytest -q -rs --durations=15 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # JupyterLab on notebooks/: MODE=small|full, PORT=, IP= (0.0.0.0 for every interface),
