@@ -15,6 +15,8 @@ import pytest
 from labkit import safe_text
 from labkit.cli import main
 
+from test_untrusted_text import _number
+
 FIX = Path(__file__).resolve().parent / "fixtures"
 SMALL = FIX / "domains.nsys2022.4.sqlite"
 HOSTILE = "-2+3\x07\x1b]0;pwn\x07"  # a formula, a bell and the escape that sets the terminal's title
@@ -100,14 +102,6 @@ def test_csv_field_shows_controls_but_keeps_lines_and_tabs():
     assert safe_text.csv_field("=a\x1b[2J\u202e") == "'=a\\x1b[2J\\u202e"
     assert safe_text.csv_field("\tx") == "'\tx" and safe_text.csv_field("a\nb\tc") == "a\nb\tc"
     assert safe_text.terminal_lines("a\x1b[31m\r\n\tb\x07") == "a\\x1b[31m\r\n\tb\\x07"
-
-
-def _number(cell: str) -> bool:
-    try:
-        float(cell)
-        return True
-    except ValueError:
-        return False
 
 
 # ----------------------------------------------------------------------------- family 3: report contents
