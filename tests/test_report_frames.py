@@ -1,5 +1,7 @@
 """Frames and analyses of real exports: exact facts about the programs that made them."""
 from __future__ import annotations
+
+import os
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,7 @@ from labkit.report.reader import (CUDA_API_COLUMNS, KERNEL_COLUMNS, MEMCPY_COLUM
 from labkit.report.load import Report, load_report
 from labkit.cli import cli_summary
 from labkit.report.nvtx import _nest
+
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -227,17 +230,58 @@ def test_column_reads_survive_rowid_gaps_and_chunking(gpu, tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIX.glob("*.sqlite")))
-def test_fast_summaries_equal_the_frame_path(name):
+def test_fast_summaries_equal_the_frame_path(name, monkeypatch):
     """nvtx_summary / kernel_summary read straight from SQLite (one grouped query, one packed column)
-    give the same rows as the same summaries over the loaded frames."""
-    fast = load_report(FIX / name)
-    got = {"nvtx": labkit.nvtx_summary(fast), "kernels": labkit.kernel_summary(fast),
-           "short": labkit.kernel_summary(fast, names="short")}
-    assert "nvtx" not in fast._frames  # the fast paths loaded no frame
-    assert "kernels" not in fast._frames or "CUPTI_ACTIVITY_KIND_KERNEL" not in fast._db.tables
+    give the same rows as the same summaries over the loaded frames; the packed column read in
+    rowid ranges on several threads (as on a large table) gives the same rows as one read."""
+    def fast_summaries():
+        fast = load_report(FIX / name)
+        got = {"nvtx": labkit.nvtx_summary(fast), "kernels": labkit.kernel_summary(fast),
+               "short": labkit.kernel_summary(fast, names="short"), "api": labkit.cuda_api_summary(fast)}
+        assert "nvtx" not in fast._frames  # the fast paths loaded no frame
+        assert "kernels" not in fast._frames or "CUPTI_ACTIVITY_KIND_KERNEL" not in fast._db.tables
+        return got
+    from labkit.report import reader as R
+
+    got = fast_summaries()
+    monkeypatch.setattr(R._Db, "PARTS_FROM", 1)  # every table of 2 rows or more in parts
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)  # three ranges, whatever this machine has
+    in_parts = fast_summaries()
+    for k in got:
+        pd.testing.assert_frame_equal(in_parts[k], got[k])
+    got.pop("api")
     full = load_report(FIX / name).load_all()
     want = {"nvtx": labkit.nvtx_summary(full), "kernels": labkit.kernel_summary(full),
             "short": labkit.kernel_summary(full, names="short")}
     for k in got:
         a, b = (x.sort_values(list(x.columns[:3]), ignore_index=True) for x in (got[k], want[k]))
         pd.testing.assert_frame_equal(a, b, check_dtype=False, check_categorical=False, rtol=1e-9)
+
+
+def test_queries_read_at_once_fall_back_to_one_connection(tmp_path, monkeypatch):
+    """Names that are not UTF-8 (a Windows capture) read on the threads of the one-pass NVTX read
+    are read again on the report's own connection, as Latin-1, with the same summary as the
+    grouped queries; a query that fails on a thread fails as a one-line ReportError naming its table."""
+    import shutil
+    import sqlite3
+
+    from labkit.report import nvtx as reader_nvtx
+    from labkit.report.reader import ReportError, _Db
+
+    path = tmp_path / "latin.sqlite"
+    shutil.copyfile(FIX / "real" / "Sh1mwww_2024.6_llama3_real_inference_simulation.sqlite", path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE NVTX_EVENTS SET text = CAST(x'63616688e9' AS TEXT) WHERE rowid IN "
+                "(SELECT rowid FROM NVTX_EVENTS WHERE text IS NOT NULL LIMIT 3)")
+    con.commit()
+    con.close()
+    want = labkit.nvtx_summary(load_report(path))
+    assert "caf\x88\xe9" in set(want["name"])
+    monkeypatch.setattr(reader_nvtx, "COLUMNS_FROM", 0)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    got = labkit.nvtx_summary(load_report(path))
+    key = ["domain", "name", "style"]
+    pd.testing.assert_frame_equal(got.sort_values(key, ignore_index=True), want.sort_values(key, ignore_index=True))
+    with pytest.raises(ReportError, match=r"reading NVTX_EVENTS failed .*no such column") as err:
+        _Db(path).at_once(["SELECT count(*) FROM NVTX_EVENTS", "SELECT nosuch FROM NVTX_EVENTS"], "NVTX_EVENTS")
+    assert "\n" not in str(err.value)

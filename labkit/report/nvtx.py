@@ -37,13 +37,18 @@ def _event_types(db: _Db) -> tuple[dict, list, list, list]:
             [types["NvtxStartEndRange"], types["NvtxtStartEndRange"]], [types["NvtxMark"], types["NvtxtMark"]])
 
 
-def _domain_names(db: _Db, types: dict) -> dict:
-    """(domainId, pid) -> domain name, from the NvtxDomainCreate rows (as nsys stats joins them)."""
+def _domain_names(db: _Db, types: dict, rows: list | None = None) -> dict:
+    """(domainId, pid) -> domain name, from the NvtxDomainCreate rows (as nsys stats joins them);
+    ``rows``: those of :func:`_domain_sql`'s query where already read."""
     if not db.has("NVTX_EVENTS", "domainId", "globalTid", "text"):
         return {}
-    rows = db.scalar_rows(f"SELECT domainId, globalTid, text FROM NVTX_EVENTS "
-                          f"WHERE eventType = {types['NvtxDomainCreate']} AND text IS NOT NULL")
+    rows = db.scalar_rows(_domain_sql(types)) if rows is None else rows
     return {(int(d), (int(g) >> 24) & _TID_MASK): s for d, g, s in rows if d is not None and g is not None}
+
+
+def _domain_sql(types: dict) -> str:
+    return (f"SELECT domainId, globalTid, text FROM NVTX_EVENTS "
+            f"WHERE eventType = {types['NvtxDomainCreate']} AND text IS NOT NULL")
 
 
 def _category_names(db: _Db, types: dict) -> dict:
@@ -68,11 +73,11 @@ def range_durations(db: _Db, strings: np.ndarray) -> pd.DataFrame:
                             ).assign(duration_ns=pd.Series(dtype="int64"))
     types, pp, se, _ = _event_types(db)
     cols = set(db.columns(t))
-    dmap = _domain_names(db, types)
     if db.rows_at_most(t) > COLUMNS_FROM:
-        out = _one_scan(db, strings, t, pp, se, cols, dmap)
+        out = _one_scan(db, strings, t, types, cols)
         if out is not None:
             return out
+    dmap = _domain_names(db, types)
     maxts = int(db.scalar_rows(f"SELECT coalesce(max(max(start), coalesce(max(end), 0)), 0) FROM [{t}]")[0][0])
     dur = f"(coalesce([end], {maxts}) - start)"
     where = f"FROM [{t}] WHERE eventType IN ({','.join(map(str, pp + se))})"
@@ -115,39 +120,46 @@ def range_durations(db: _Db, strings: np.ndarray) -> pd.DataFrame:
                          "duration_ns": cat(3, np.int64)})
 
 
-def _one_scan(db: _Db, strings: np.ndarray, t: str, pp: list, se: list, cols: set, dmap: dict):
+def _one_scan(db: _Db, strings: np.ndarray, t: str, types: dict, cols: set):
     """range_durations of a large export in one pass over NVTX_EVENTS: SQLite joins (style, duration)
     packed in one integer and the name (the inline text, or char(30) and the StringIds id) into one
     string each (and domain and process where domains exist); numpy parses them, pandas factorizes
     the names and only the distinct ones are looked up. None where that does not fit (an unended
     range, a text holding the separator): then the grouped queries are used."""
+    _, pp, se, _ = _event_types(db)
     se_sql = ",".join(map(str, se))
     p = f"((eventType IN ({se_sql})) << 40) | ([end] - start)"  # NULL when unended: a count short
-    dp = "0"
-    if dmap:
-        did = "coalesce(domainId, -1)" if "domainId" in cols else "-1"
-        pid = "((coalesce(globalTid, 0) >> 24) & 16777215)" if "globalTid" in cols else "0"
-        dp = f"(({did} + 1) << 24) | {pid}"
+    did = "coalesce(domainId, -1)" if "domainId" in cols else "-1"
+    pid = "((coalesce(globalTid, 0) >> 24) & 16777215)" if "globalTid" in cols else "0"
+    dp = f"(({did} + 1) << 24) | {pid}"
     names = [x for x in ("text", "char(30) || textId") if x.split()[-1] in cols] + ["''"]
-    where = f"FROM [{t}] WHERE eventType IN ({','.join(map(str, pp + se))})"
-    # one pass, no ORDER BY: every group_concat of one query sees the rows in the same order. The
-    # (domain, process) of each range is concatenated only where there are several: most exports
-    # hold one, and its column costs a quarter of the pass
-    row = db.scalar_rows(f"SELECT count(*), group_concat({p}), min({dp}), max({dp}), "
-                         f"group_concat(coalesce({', '.join(names)}), char(31)) {where}", t)[0]
-    n = int(row[0])
+    where = f"FROM [{t}] NOT INDEXED WHERE eventType IN ({','.join(map(str, pp + se))})"
+    # Three queries read at once (_Db.at_once): the durations, the names, the domains. No ORDER BY:
+    # NOT INDEXED makes each of the first two a scan of the table in rowid order, so their
+    # group_concats list the rows in one order (and their counts must agree). Where domains exist,
+    # the (domain, process) of each range is read too, with the durations to keep the order, and
+    # only where there are several (its column costs a third of the pass)
+    dsql = [_domain_sql(types)] if db.has(t, "domainId", "globalTid", "text") else []
+    (ints,), (text,), *drows = db.at_once([f"SELECT count(*), group_concat({p}) {where}",
+                                           f"SELECT count(*), group_concat(coalesce({', '.join(names)}), char(31)) "
+                                           f"{where}"] + dsql, t)
+    dmap = _domain_names(db, types, drows[0] if drows else [])
+    n = int(ints[0])
+    if n != int(text[0]):
+        return None
     try:
-        c = {"p": parse_ints(row[1] or "")}
-        if n and row[2] != row[3]:  # several: their column, read with the durations to keep the order
+        c = {"p": parse_ints(ints[1] or "")}
+        lo, hi = db.scalar_rows(f"SELECT min({dp}), max({dp}) {where}", t)[0] if dmap and n else (0, 0)
+        if lo != hi:  # several: their column
             again = db.scalar_rows(f"SELECT group_concat({p}), group_concat({dp}) {where}", t)[0]
             if not np.array_equal(parse_ints(again[0] or ""), c["p"]):
                 return None
             c["dp"] = parse_ints(again[1] or "")
         else:
-            c["dp"] = np.full(n, int(row[2] or 0), dtype=np.int64)
+            c["dp"] = np.full(n, int(lo or 0), dtype=np.int64)
     except (ValueError, TypeError):
         return None
-    texts = (row[-1] or "").split("\x1f") if n else []
+    texts = (text[1] or "").split("\x1f") if n else []
     if len(texts) != n or any(len(v) != n for v in c.values()):
         return None
     packed = c["p"]

@@ -136,17 +136,18 @@ def _packed_summary(rep, t: str, key: str, where: str = "", label=None) -> pd.Da
 
 
 def _packed(rep, t: str, key: str, where: str) -> pd.DataFrame | None:
-    """The sorted ``(id << 40) | duration`` integers of :func:`_packed_summary` (column ``packed``), or
-    None when they do not fit."""
+    """The sorted ``(id << 40) | duration`` integers of :func:`_packed_summary` (column ``packed``) of
+    the rows where SQL condition ``where`` holds (all when empty), or None when they do not fit."""
     db = rep._db
     if db.rows_at_most(t) > 20_000_000:  # group_concat's text is capped at 1 GB
         return None
     # no ORDER BY: the order does not matter once sorted, and SQLite's sort would cost more than numpy's
     if len(rep._strings) >= 2**(62 - _DUR_BITS):
         return None
-    joined, n, want = db.scalar_rows(
-        f"SELECT group_concat(({key} << {_DUR_BITS}) | ([end] - [start])), count(*), sum([end] - [start]) "
-        f"FROM [{t}] {where}")[0]
+    parts = [r for r in db.in_parts(f"group_concat(({key} << {_DUR_BITS}) | ([end] - [start])), count(*), "
+                                    f"sum([end] - [start])", t, where or "1") if r[1]]
+    joined = ",".join(r[0] or "" for r in parts)
+    n, want = sum(int(r[1]) for r in parts), sum(r[2] or 0 for r in parts)
     if n == 0:
         return pd.DataFrame({"packed": np.empty(0, dtype=np.int64)})
     try:
@@ -365,7 +366,7 @@ def osrt_summary(rep) -> pd.DataFrame:
     """
     t = "OSRT_API"
     if "osrt" not in rep._frames and rep._db is not None and rep._db.has(t, "start", "nameId"):
-        where = "WHERE eventClass == 27" if "eventClass" in rep._db.columns(t) else ""
+        where = "eventClass == 27" if "eventClass" in rep._db.columns(t) else ""
         out = _packed_summary(rep, t, "[nameId]", where)
         if out is not None:
             return out
