@@ -49,6 +49,9 @@ gputest: warm 4.2x / 31x wall; whole processes 2.0x / 3.9x (labkit 1.04 s / 0.53
 llama: warm 2.5x / 28x wall; whole processes 1.7x / 3.8x (labkit 1.42 s / 0.64 s, nsys 2.38 s / 2.44 s).
 Before those changes, same box and hour: gputest 3.4x / 1.8x, llama 2.3x / 1.6x (first load, warm /
 whole process): the loaded runs above flattered labkit (nsys stats took 4.6 s there, 2.0 s here).
+Same box, 2026-11-26 14:18 UTC (load average 0.6-1.0), SQLite scans on both cores (_Db.at_once and
+in_parts), first / later loads: gputest warm 5.2x / 32x wall (3.8x / 30x cpu), whole processes 2.4x /
+3.8x; llama warm 3.3x / 31x wall (2.4x / 27x cpu), whole processes 2.1x / 3.8x (1.6x / 3.2x cpu).
 Round 1 (2026-11-23 23:51 UTC, gputest shape with projection): gpu_projection 5.6 s, nvtxgpuproj
 not finished in 600 s: projection more than 107x.
 """
