@@ -105,6 +105,43 @@ def test_the_critical_path_follows_a_handoff_and_tiles_the_window(tmp_path):
 
 
 @pytest.mark.nsys
+def test_without_os_calls_a_threads_time_after_its_last_range_is_not_work(tmp_path):
+    """A hand-off traced without OS runtime calls (cuda,nvtx): the main thread prepares (10 ms) and
+    hands items to a worker that infers (30 ms each), then waits for the last one and leaves a mark.
+    Its time after its last range is no more its work than the time between its ranges: up to the
+    mark the critical path runs through the worker's 'infer' ranges, not through the waiting main
+    thread."""
+    from labkit.judge.whatif import WhatIf
+
+    prog = tmp_path / "handoff_mark.py"
+    prog.write_text(
+        "from concurrent.futures import ThreadPoolExecutor\nfrom labkit import annotate\nfrom _known import cpu\n"
+        "def infer(i):\n    with annotate.range('infer', batch=i, items=1):\n        cpu(30)\n"
+        "with ThreadPoolExecutor(1) as pool:\n"
+        "    for i in range(6):\n"
+        "        with annotate.range('prepare', batch=i, items=1):\n            cpu(10)\n"
+        "        f = pool.submit(infer, i)\n"
+        "    f.result()\n"
+        "annotate.mark('done')\n")
+    env = ka._env()
+    env["PYTHONPATH"] = os.pathsep.join([str(ka.KNOWN), env["PYTHONPATH"]])
+    rep = labkit.profile([sys.executable, str(prog)], name="handoff_mark", outdir=str(tmp_path),
+                         trace=("cuda", "nvtx"), env=env)
+    assert len(rep.osrt) == 0
+    nv = rep.nvtx
+    done = int(nv.loc[nv["name"] == "done", "end_ns"].max())
+    infer = nv[nv["name"] == "infer"]
+    window = (int(nv.loc[nv["name"] == "prepare", "start_ns"].min()), done + 1000)  # the mark inside it
+    m = WhatIf(rep, window, None)
+    path = m.critical()
+    last = infer[infer["start_ns"] == infer["start_ns"].max()].iloc[0]
+    inside = path[(path["end_ns"] > int(last["start_ns"])) & (path["start_ns"] < int(last["end_ns"]))]
+    assert set(inside["tid"]) == {int(last["global_tid"])}, path.tail()  # the worker's last infer is on the path
+    on = m.path_stages().set_index("stage")["path_ms"]
+    assert on["infer"] > 0.9 * infer["duration_ns"].sum() / 1e6, on
+
+
+@pytest.mark.nsys
 def test_a_thread_busy_under_half_the_window_is_not_called_the_bound(tmp_path):
     """The main thread prepares (10 ms, a range) and then waits for a child process that has no ranges
     (it sleeps 150 ms): no thread with ranges was busy most of the window, and the bottleneck sentence

@@ -56,10 +56,8 @@ def _minus(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -
     total = _intervals_total(*a)
     if total == 0 or len(b[0]) == 0:
         return total
-    bs, be = b
-    from labkit.stats.blocked import covered_before  # one home for "covered before t"
-    cov = covered_before((bs, be), a[1]) - covered_before((bs, be), a[0])
-    return int(total - cov.sum())
+    from labkit.stats.blocked import overlap_ns  # one home for interval overlaps
+    return total - overlap_ns(b, a)
 
 
 def steady_window_of(rep) -> tuple[tuple[int, int], str]:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.judge.accounting import thread_names
-from labkit.stats.blocked import blocked_in, blocked_intervals, covered_before, is_wait
+from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait, overlap_ns
 from labkit.stats.idle import busy_intervals
 from labkit.stats.stages import stage_labels
 
@@ -97,7 +97,7 @@ class WhatIf:
             span = pd.DataFrame({"global_tid": g, "start_ns": s, "end_ns": e_})
             # where the thread does not work (the critical path's view): its peer waits and, without an
             # OS runtime trace, the time between its ranges (as in its own time)
-            gaps = (np.r_[x0, e_[:-1]], s) if len(s) else (np.array([x0]), np.array([x1]))
+            gaps = (np.r_[x0, e_], np.r_[s, x1])  # before, between and after the ranges
             self._idle[g] = _merge(peer.get(g), (gaps[0][gaps[1] > gaps[0]], gaps[1][gaps[1] > gaps[0]]))
             total = int(np.sum(e_ - s))
             wait = int(blocked_in(span, peer).sum())
@@ -378,7 +378,7 @@ class WhatIf:
             seg = path[path["tid"] == g]
             bs, be = busy_intervals(np.r_[mine["start_ns"].to_numpy(np.int64), seg["start_ns"].to_numpy(np.int64)],
                                     np.r_[mine["end_ns"].to_numpy(np.int64), seg["end_ns"].to_numpy(np.int64)])
-            inside = np.sum(covered_before((bs, be), own_e) - covered_before((bs, be), own_s))
+            inside = overlap_ns((bs, be), (own_s, own_e))
             ms = max(float(np.sum(own_e - own_s) - inside), 0.0) / 1e6
         self._off_path[g] = ms
         return ms
@@ -398,7 +398,7 @@ class WhatIf:
                 continue
             iv = (mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64))
             rs, re_ = busy_intervals(rr["start_ns"].to_numpy(np.int64), rr["end_ns"].to_numpy(np.int64))
-            ms = float(np.sum(covered_before(iv, re_) - covered_before(iv, rs))) / 1e6
+            ms = overlap_ns(iv, (rs, re_)) / 1e6
             if ms > 0:
                 rows.append((str(label), ms))
         if not rows:
@@ -431,7 +431,7 @@ class WhatIf:
                     own = float(st.loc[(st["tid"] == key[0]) & st["stage"].isin(list(key[1])), "own_ms"].sum())
                 if len(r) and len(s):
                     rs, re_ = busy_intervals(r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64))
-                    on = float(np.sum(covered_before((s, e), re_) - covered_before((s, e), rs))) / 1e6
+                    on = overlap_ns((s, e), (rs, re_)) / 1e6
                 else:
                     on = 0.0
             else:

@@ -22,7 +22,7 @@ import pandas as pd
 from labkit.stats.idle import busy_intervals, copy_calls, sync_calls
 
 __all__ = ["BLOCKING_OSRT", "LATENCY_OSRT", "WAIT_WORDS", "is_wait", "blocking_osrt", "blocked_intervals",
-           "blocked_in", "Intervals"]
+           "blocked_in", "covered_before", "overlap_ns", "Intervals"]
 
 BLOCKING_OSRT = re.compile(
     r"^(nanosleep|clock_nanosleep|usleep|sleep|pause|sigsuspend|sigwait\w*|sigtimedwait"
@@ -118,6 +118,13 @@ def covered_before(iv: Intervals, t: np.ndarray) -> np.ndarray:
     last = np.maximum(i - 1, 0)
     inside = (i > 0) & (t < e[last])
     return before - np.where(inside, e[last] - t, 0)
+
+
+def overlap_ns(a: Intervals, b: Intervals) -> int:
+    """Time (ns) that the sorted disjoint intervals ``a`` and ``b`` have in common."""
+    if len(a[0]) == 0 or len(b[0]) == 0:
+        return 0
+    return int(np.sum(covered_before(a, b[1]) - covered_before(a, b[0])))
 
 
 def blocked_in(frame: pd.DataFrame, blocked: dict[int, Intervals]) -> np.ndarray:
