@@ -100,6 +100,18 @@ _SUMMARY_FUNCS = {  # --what -> (module, function); imported only when asked for
 _MANY_WHAT = ("nvtx", "kernels", "stages", "imbalance", "stragglers")  # what per-rank reports give
 
 
+def count_arg(text: str) -> int:
+    """An argparse type: a whole number, 0 or more (``--warmup``, ``--top``, ``--max-depth``); anything
+    else is argparse's one-line usage error."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{n} is below 0: give 0 or more")
+    return n
+
+
 def cli_summary(argv: list[str]) -> int:
     """``python -m labkit summary REPORT [--what nvtx,kernels,...] [--window S,E | --within R] [--csv]``:
     print one or several summary tables of one report, loaded once. Given a folder, a glob pattern or
@@ -116,7 +128,7 @@ def cli_summary(argv: list[str]) -> int:
     p.add_argument("--window", default=None, help="START_NS,END_NS: only what starts in that span")
     p.add_argument("--within", default=None, help="an NVTX range name: only what starts inside its instances")
     p.add_argument("--csv", action="store_true", help="print CSV instead of a text table")
-    p.add_argument("--warmup", type=int, default=0, help="batches left out of --what batches")
+    p.add_argument("--warmup", type=count_arg, default=0, help="batches left out of --what batches")
     p.add_argument("--wide", action="store_true", help="names in full (default: cut to the terminal width, COLUMNS)")
     p.add_argument("--scheduler", default=None,
                    help="per-rank reports on Dask: 'local' (a local cluster), a scheduler address (tcp://HOST:PORT) "

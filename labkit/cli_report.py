@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from labkit.cli import _terminal_width, print_tables, text_table
+from labkit.cli import _terminal_width, count_arg, print_tables, text_table
 from labkit.errors import LabkitError
 from labkit.safe_text import csv_frame, terminal
 
@@ -93,7 +93,7 @@ def cli_advise(argv: list[str]) -> int:
                                 description="Findings about what holds a profiled run back: evidence, lever and "
                                             "predicted speed-up (labkit.advise).")
     p.add_argument("report")
-    p.add_argument("--warmup", type=int, default=0, help="batches (range payload below this) left out as warm-up")
+    p.add_argument("--warmup", type=count_arg, default=0, help="batches (range payload below this) left out as warm-up")
     _span_options(p)
     _out_format(p)
     args = p.parse_args(argv)
@@ -126,7 +126,7 @@ def cli_bottleneck(argv: list[str]) -> int:
                                 description="The stage, thread or engine that limited a run's throughput "
                                             "(labkit.bottleneck); --csv prints its per-thread table.")
     p.add_argument("report")
-    p.add_argument("--warmup", type=int, default=0, help="batches (range payload below this) left out as warm-up")
+    p.add_argument("--warmup", type=count_arg, default=0, help="batches (range payload below this) left out as warm-up")
     _span_options(p)
     _out_format(p)
     args = p.parse_args(argv)
@@ -164,7 +164,7 @@ def cli_timeline(argv: list[str]) -> int:
     p.add_argument("report")
     p.add_argument("-o", "--output", required=True, help="the file to write: .png, .svg, .pdf or .html")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
-    p.add_argument("--max-depth", type=int, default=2, help="deepest NVTX nesting level drawn (default 2)")
+    p.add_argument("--max-depth", type=count_arg, default=2, help="deepest NVTX nesting level drawn (default 2)")
     _span_options(p)
     args = p.parse_args(argv)
     span = _span(args)
@@ -255,7 +255,7 @@ def cli_compare(argv: list[str]) -> int:
                                             "totals and deltas of two reports, the biggest changes first.")
     p.add_argument("reports", nargs="+", metavar="REPORT", help="A B; or the repeats of A, with --vs B1 B2 ...")
     p.add_argument("--vs", nargs="+", default=None, metavar="B", help="side B's reports (repeats of one run)")
-    p.add_argument("--top", type=int, default=20, help="rows to print (0: all)")
+    p.add_argument("--top", type=count_arg, default=20, help="rows to print (0: all)")
     _span_options(p)
     _out_format(p)
     args = p.parse_args(argv)

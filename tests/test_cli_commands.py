@@ -122,6 +122,20 @@ def test_faults_end_in_one_line(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_counts_are_whole_numbers_from_zero():
+    """--top, --warmup and --max-depth refuse a negative or non-integer count (``--top -1`` used to drop
+    the last row, a negative --warmup was taken) with argparse's error, naming the argument."""
+    for args in (("compare", CPU, GPU, "--top", "-1"), ("advise", CPU, "--warmup", "-3"),
+                 ("bottleneck", CPU, "--warmup", "1.5"), ("summary", CPU, "--warmup", "-1"),
+                 ("timeline", CPU, "-o", "x.png", "--max-depth", "-2")):
+        r = _run(*args)
+        last = r.stderr.strip().splitlines()[-1]
+        assert r.returncode == 2 and f"argument {args[-2]}: " in last and "Traceback" not in r.stderr, r.stderr
+        assert ("below 0: give 0 or more" if args[-1].startswith("-") else "is not a whole number") in last
+    assert len(_ok("compare", CPU, GPU, "--top", "0", "--csv").splitlines()) > \
+        len(_ok("compare", CPU, GPU, "--top", "2", "--csv").splitlines()) == 3
+
+
 def test_compare_prints_the_headline_first():
     text = _ok("compare", CPU, GPU, "--top", "3").splitlines()
     assert text[0] == str(labkit.headline(CPU, GPU)) and text[2].startswith("kind ")

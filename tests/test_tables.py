@@ -95,6 +95,26 @@ def test_machine_without_baseline_is_nan_with_warning(tmp_path):
     assert t.speedup[CPU_LABEL].isna().all()
 
 
+def test_a_baseline_at_zero_has_no_speedup_over_it(tmp_path):
+    """A baseline that timed nothing (0 fps) gives no ratio: NaN with a warning, never 'infx'; a step
+    at 0 fps is no speed-up either (0x in fps, not inf in latency)."""
+    led = Ledger(tmp_path / "ledger.jsonl")
+    led.append(_row("baseline", H100, "2026-11-22T10:00:00+00:00", 0.0, 0.0))
+    led.append(_row("fp16", H100, "2026-11-22T10:01:00+00:00", 100.0, 10.0))
+    led.append(_row("int8", H100, "2026-11-22T10:01:30+00:00", 0.0, 0.0))
+    led.append(_row("baseline", XEON, "2026-11-22T10:02:00+00:00", 5.0, 200.0))
+    led.append(_row("fp16", XEON, "2026-11-22T10:03:00+00:00", 10.0, 100.0))
+    with pytest.warns(SpeedupWarning, match=r"machine 'NVIDIA H100 80GB HBM3': 'baseline' has fps 0, nothing to "
+                                            r"divide by: its speed-up column is NaN"):
+        t = speedup_table(led.path)
+    assert t.speedup[GPU_LABEL].isna().all()
+    assert t.speedup[CPU_LABEL].tolist()[:2] == [1.0, 2.0]
+    assert "inf" not in str(t) and "inf" not in t._repr_html_()
+    with pytest.warns(SpeedupWarning, match="'baseline' has latency_p50_ms 0"):
+        lat = speedup_table(led.path, metric="latency_p50_ms")
+    assert not any(math.isinf(v) for v in lat.speedup.to_numpy().ravel() if not pd.isna(v))
+
+
 def test_no_baseline_anywhere_is_an_error(tmp_path):
     led = Ledger(tmp_path / "ledger.jsonl")
     led.append(_row("fp16", H100, "2026-11-22T10:01:00+00:00", 100.0, 10.0))

@@ -363,7 +363,13 @@ def speedup_table(source, *, baseline: str = "baseline", metric: str = "fps",
         if pd.isna(base[m]):
             warnings.warn(f"machine {m!r} has no {baseline!r} row: its speed-up column is NaN", SpeedupWarning,
                           stacklevel=2)
-    speedup = (base / values) if lower_is_better(metric) else (values / base)
+        elif base[m] <= 0:
+            warnings.warn(f"machine {m!r}: {baseline!r} has {metric} {base[m]:g}, nothing to divide by: its "
+                          f"speed-up column is NaN", SpeedupWarning, stacklevel=2)
+    # a ratio needs a positive figure on both sides: 0 fps (a run that timed nothing) divides by zero
+    positive = values.where(values > 0)
+    base = positive.loc[baseline]
+    speedup = (base / positive) if lower_is_better(metric) else (positive / base)
     acc_cols = {}
     for acc in ACCURACY_METRICS:
         if acc in latest.columns and latest[acc].notna().any():
@@ -371,8 +377,8 @@ def speedup_table(source, *, baseline: str = "baseline", metric: str = "fps",
             for m in machines:
                 acc_cols[f"{acc} ({m})"] = piv[m].astype(float)
     accuracy = pd.DataFrame(acc_cols, index=pd.Index(steps, name="step"))
-    base_of = values.reindex(info["builds_on"].tolist()).set_axis(values.index)
-    over = (base_of / values) if lower_is_better(metric) else (values / base_of)
+    base_of = positive.reindex(info["builds_on"].tolist()).set_axis(values.index)
+    over = (base_of / positive) if lower_is_better(metric) else (positive / base_of)
     values.index.name = speedup.index.name = over.index.name = "step"
     from labkit.bench.table_view import caption_of, intervals
 
