@@ -102,20 +102,28 @@ def latency(ev: Evidence) -> list[dict]:
     if lat <= 0 or lat < 0.3 * float(t["own_ms"]):
         return []
     tid = int(t["tid"])
+    cores = m.cores or 1
     if len(st) and st["latency_ms"].max() > 0:  # the stage that waits is what runs several at once
         s = st.loc[st["latency_ms"].idxmax()]
         stage, s_own, s_lat = str(s["stage"]), float(s["own_ms"]), float(s["latency_ms"])
-    else:  # no stage: the thread's whole loop
+        after = max(s_own / IN_FLIGHT, (s_own - s_lat) / cores)  # its CPU part still needs the cores
+        how = f"{IN_FLIGHT} at a time, it takes {after:.0f} ms of {s_own:.0f}"
+    else:  # no stage waits: the time between the thread's ranges (its input, read where no range
+        # says) runs several at once on other threads; its ranges stay on it, one after another
         stage, s_own, s_lat = None, float(t["own_ms"]), lat
-    cores = m.cores or 1
-    after = max(s_own / IN_FLIGHT, (s_own - s_lat) / cores)  # its CPU part still needs the cores
+        kept = float(st["own_ms"].sum()) if len(st) else 0.0
+        after = max(kept, (s_own - kept) / IN_FLIGHT, (s_own - s_lat) / cores)
+        how = (f"with the time between its ranges {IN_FLIGHT} at a time on other threads, its loop takes "
+               f"{after:.0f} ms of {s_own:.0f}" + (f" (its ranges' {kept:.0f} ms stay on it)" if kept else ""))
     p = m.speedup({tid: s_own - after})
     text = (f"{t['thread']} has the most own time ({t['own_ms']:.0f} ms) and {lat:.0f} ms of it ({lat / t['own_ms']:.0%}) "
             f"is latency: blocked in sleeps, reads or polls" + (f", mostly in '{stage}'" if stage else "")
-            + f"; {IN_FLIGHT} at a time, {'it' if stage else 'its loop'} takes {after:.0f} ms of {s_own:.0f}")
+            + f"; {how}")
     return [dict(row("latency_bound", "The limiting thread waits on its input (latency)", text, "parallel_input", p,
                      "estimate", f"{IN_FLIGHT} requests in flight at once (parallel reads, prefetch threads), their "
-                     f"CPU part sharing the profiled machine's {cores} core(s); {MODEL}", stage),
+                     f"CPU part sharing the profiled machine's {cores} core(s)"
+                     + ("" if stage else "; the thread's own ranges stay on it, one after another") + f"; {MODEL}",
+                     stage),
                  touch_ms=s_own - after)]
 
 
