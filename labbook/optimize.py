@@ -174,16 +174,21 @@ def estimate(decided: pd.DataFrame, mode: str = MODE, *, knee: str | None = None
     it measured from :func:`labbook.interval.base` to its own step (its chain of builds_on, the
     ledger's in-process ``stage_ms``) in the detector's stages (``DETECTOR_STAGES``: the others'
     changes between two runs are the machine's, not the lever's), applied to the knee's stage times, as if the levers were
-    independent; the frame's time is :func:`frame_ms` (queued or not, as ``flags`` say, on the
-    knee row's cores); each path change dropped gives back what it cost. Without stage times, the
-    levers' measured speed-ups multiplied. Nothing taken or dropped: no estimate."""
+    independent. Each path change dropped gives back what it cost, stage by stage: each stage's
+    time scales as it measured from the change's own step back to the step it builds on (queues
+    on 2 cores made every stage slower: the threads took turns on the cores). A frame's time is
+    :func:`frame_ms`, on the knee row's cores: queued or not as the knee ran, before; as ``flags``
+    say, after. Without stage times, the levers' measured speed-ups multiplied. Nothing taken or
+    dropped: no estimate."""
     cat = catalogue(mode)
     g = decided.set_index("step") if len(decided) else decided  # decisions(): one row per gains() row
     start = base(mode)
-    rows = {r["step"]: r for r in ledger([start, knee, *decided["step"]]).to_dict("records")} if knee else {}
+    dropped = [s for s in decided.loc[decided["decision"] == "dropped", "step"] if s in cat] if len(decided) else []
+    wanted = [start, knee, *decided["step"], *[cat[s].builds_on for s in dropped]]
+    rows = {r["step"]: r for r in ledger(list(dict.fromkeys(wanted))).to_dict("records")} if knee else {}
     here = _stage_ms(rows.get(knee, {})) if knee else {}
     s0 = _stage_ms(rows.get(start, {}))
-    scale, x, parts = {}, 1.0, []
+    scale, undo, x, parts = {}, {}, 1.0, []
     for r in decided.itertuples():
         if r.decision == "taken":
             at, chain = r.step, 1.0
@@ -199,23 +204,28 @@ def estimate(decided: pd.DataFrame, mode: str = MODE, *, knee: str | None = None
                 f"; 'infer' {scale['infer']:.2f} of its time" if "infer" in scale else "") + ")")
         elif r.decision == "dropped":
             x /= float(r.speedup)
-            parts.append(f"dropping {r.step} ({1 / float(r.speedup):.2f}x)")
+            mine, before = _stage_ms(rows.get(r.step, {})), _stage_ms(rows.get(cat[r.step].builds_on, {}))
+            for k, v in mine.items():  # every stage: the change's cost is the machine's time, not one stage's
+                if v > 0 and before.get(k, 0) > 0:
+                    undo[k] = undo.get(k, 1.0) * before[k] / v
+            parts.append(f"dropping {r.step} ({1 / float(r.speedup):.2f}x" + (
+                f"; 'infer' {undo['infer']:.2f} of its time" if "infer" in undo else "") + ")")
     if not parts:
         return {"predicted_speedup": None, "finding": "none: no lever taken or path change dropped over the knee"}
-    if here and scale:
+    if here and (scale or undo):
         queued = bool((flags or {}).get("queues"))
+        was = rows.get(knee, {}).get("config.queues")
+        was_queued = bool(was) and was == was  # NaN: the knee ran without queues
         c = rows.get(knee, {}).get("env.cpu_count")
         cores = int(c) if isinstance(c, (int, float)) and c == c and c >= 1 else 1
-        after = {k: v * scale.get(k, 1.0) for k, v in here.items()}
-        est = frame_ms(here, queued=queued, cores=cores) / frame_ms(after, queued=queued, cores=cores)
-        for r in decided.itertuples():
-            if r.decision == "dropped":
-                est /= float(r.speedup)
+        after = {k: v * scale.get(k, 1.0) * undo.get(k, 1.0) for k, v in here.items()}
+        est = frame_ms(here, queued=was_queued, cores=cores) / frame_ms(after, queued=queued, cores=cores)
+        take = (lambda q: f"its slowest stage or the stages' time over {cores} cores" if q
+                else "the sum of its stages' times")
         return {"predicted_speedup": round(est, 3),
-                "finding": (f"the knee's detector stage times, scaled as the levers measured them, as if independent: "
-                            f"{'; '.join(parts)}; a frame takes "
-                            + (f"its slowest stage or the stages' time over {cores} cores" if queued
-                               else "the sum of its stages' times"))}
+                "finding": (f"the knee's stage times, scaled as the levers measured them, as if independent: "
+                            f"{'; '.join(parts)}; a frame takes {take(queued)}"
+                            + ("" if queued == was_queued else f" (at the knee: {take(was_queued)})"))}
     return {"predicted_speedup": round(x, 3),
             "finding": f"levers measured one by one, combined as if independent: {' x '.join(parts)}"}
 
