@@ -28,6 +28,7 @@ OPTIONS_OF = MappingProxyType({
     # a cheaper stage: what makes the detector's own work cheaper (layout, compiler, runtime, precision);
     # the finding is the bound of that stage costing nothing, which none of them can pass
     "cheaper_stage": ("channels_last", "compile", "backend", "precision"),
+    "release_lock": (),  # no flag: the stage threads' own code (the detector releases the GIL already)
 })
 """lever id -> the ``detect_video.py`` options (snake case) that pull it."""
 

@@ -36,6 +36,8 @@ LEVERS = {
     "skip_work": "run the stage on fewer items (e.g. every K-th)",
     "remove_stage": "drop a stage the output does not need",
     "cheaper_stage": "make the stage itself cheaper (a faster algorithm, library or device)",
+    "release_lock": "let the threads run at once: processes for pure-Python work (Python's GIL), code that "
+                    "releases the GIL (NumPy, C), or a lock of your own held for less",
 }
 """Lever id -> what the lever does, in general words (the contract with a program's own mapping)."""
 
@@ -53,6 +55,8 @@ MANY_KERNELS = 1000  # without batches: this many tiny kernels make launch cost 
 UNDERFILL = 0.9  # fill under 90 %: more than the last partial batch of a short clip
 DECODE_BOUND = 0.8  # at 80 % of the input-only rate the other stages have 1.25x left at most
 SKIP_EVERY = 3  # the K of the skip-work lever's estimate (1 item in K)
+TURNS_SHARE = 0.2  # a thread that takes turns: own time and waits on peers inside its stages both over a fifth
+ONE_AT_A_TIME = (0.8, 1.15)  # the threads' own times summed, over the window: they worked one at a time
 
 
 def row(rule: str, finding: str, evidence: str, lever: str, predicted: float, basis: str, assumptions: str,

@@ -16,7 +16,7 @@ from labkit.stats import idle
 from labkit.stats import stages
 from labkit.judge.whatif import IN_FLIGHT
 from labkit.judge.evidence import (DOMINANT_SHARE, IDLE_GAP_MS, LOW_GPU_BUSY, MANY_KERNELS, MANY_KERNELS_PER_BATCH,
-                                   TINY_KERNEL_US, UNDERFILL, Evidence, row)
+                                   MIN_GAIN, ONE_AT_A_TIME, TINY_KERNEL_US, TURNS_SHARE, UNDERFILL, Evidence, row)
 
 STAGE_TIMES = ("stage times were measured under the run's own contention for cores and change when the run "
                "changes, so this is an estimate")
@@ -151,6 +151,41 @@ def taking_turns(ev: Evidence) -> list[dict]:
                      m.speedup(gone, stages=[stage]), "bound", f"'{stage}' costs nothing; {BOUND_MODEL}", stage),
                  touch_ms=on_path, helpers_ms={**gone, **{h: gone.get(h, 0.0) + ms for h, ms in
                                                           m.helped(gone, [stage]).items()}})]
+
+
+def one_at_a_time(ev: Evidence) -> list[dict]:
+    """Threads that work one at a time although the machine has cores for them, each waiting on the
+    others inside its own stages: a lock they take in turn (Python's GIL around pure-Python work, or a
+    lock of the program's). Without the turns each keeps its own time and they share the cores."""
+    m = ev.model
+    span = (m.window[1] - m.window[0]) / 1e6
+    cores = int(m.cores or 1)
+    st = m.stages
+    if cores < 2 or span <= 0 or st.empty:
+        return []
+    per = st.groupby("tid").agg(own=("own_ms", "sum"), wait=("wait_ms", "sum"))
+    turns = per[(per["own"] >= TURNS_SHARE * span) & (per["wait"] >= TURNS_SHARE * (per["own"] + per["wait"]))]
+    if len(turns) < 2:
+        return []
+    total = float(m.threads.set_index("tid")["own_ms"].reindex(turns.index).sum())
+    if not ONE_AT_A_TIME[0] * span <= total <= ONE_AT_A_TIME[1] * span:
+        return []  # they overlapped (or did something else most of the window)
+    p = m.without_turns()
+    if p < MIN_GAIN:
+        return []
+    names = m.threads.set_index("tid").loc[turns.index, "thread"].astype(str).tolist()
+    mine = st[st["tid"].isin(turns.index)].groupby("stage")["wait_ms"].sum().sort_values(ascending=False)
+    stage = str(mine.index[0]) if len(mine) and mine.iloc[0] >= DOMINANT_SHARE * mine.sum() else None
+    longest = float(m.threads.set_index("tid").loc[turns.index, "own_ms"].max())
+    text = (f"{len(turns)} threads ({', '.join(names)}) worked {total:.0f} ms in the {span:.0f} ms window "
+            f"({total / span:.0%} of it, on {cores} cores): one at a time. Each waited on the others inside its own "
+            f"stages ({turns['wait'].sum():.0f} ms in all" + (f", mostly in '{stage}'" if stage else "") + "): a lock "
+            f"they take in turn, such as Python's GIL around pure-Python work; without the turns the longest thread "
+            f"takes {longest:.0f} ms and the {total:.0f} ms share {cores} cores")
+    return [dict(row("one_at_a_time", "Threads work one at a time", text, "release_lock", p, "estimate",
+                     "the threads no longer wait on each other inside their stages; each keeps its own time; " + MODEL,
+                     stage),
+                 touch_ms=float(turns["wait"].sum()))]
 
 
 def dominant(ev: Evidence) -> list[dict]:
@@ -496,6 +531,6 @@ def gpu_bound(ev: Evidence) -> list[dict]:
             ("reduce_precision", "compile")]
 
 
-RULES = (serial, latency, dominant, taking_turns, per_call, fitted_batch, underfilled, sync_apis, sync_copies, pageable, starvation, low_utilization, launch_bound,
+RULES = (serial, latency, dominant, taking_turns, one_at_a_time, per_call, fitted_batch, underfilled, sync_apis, sync_copies, pageable, starvation, low_utilization, launch_bound,
          gpu_bound)
 """Every rule but ``removable`` (which needs the caller's list): a function of the evidence."""

@@ -126,7 +126,7 @@ class WhatIf:
 
     @staticmethod
     def _stages(rep, window, stages, peer, lat, names) -> pd.DataFrame:
-        cols = ["tid", "thread", "stage", "own_ms", "latency_ms", "instances"]
+        cols = ["tid", "thread", "stage", "own_ms", "latency_ms", "wait_ms", "instances"]
         nv = rep.nvtx
         if len(nv) == 0:
             return pd.DataFrame(columns=cols)
@@ -158,12 +158,12 @@ class WhatIf:
         rolled = ~keep & ~waits & (at >= 0)
         home = pd.Series(np.where(rolled, at, r.index), index=r.index)
         t = pd.DataFrame({"tid": r["global_tid"].astype("int64"), "stage": lab.loc[home.to_numpy()].to_numpy(),
-                          "own": own, "latency": latency, "call": keep.astype(int)})[keep | rolled]
+                          "own": own, "latency": latency, "wait": self_wait, "call": keep.astype(int)})[keep | rolled]
         if len(t) == 0:
             return pd.DataFrame(columns=cols)
         g = t.groupby(["tid", "stage"], sort=False)
         out = pd.DataFrame({"own_ms": g["own"].sum() / 1e6, "latency_ms": g["latency"].sum() / 1e6,
-                            "instances": g["call"].sum()}).reset_index()
+                            "wait_ms": g["wait"].sum() / 1e6, "instances": g["call"].sum()}).reset_index()
         out["thread"] = out["tid"].map(lambda x: names.get(int(x), f"tid {int(x) & 0xFFFFFF}"))
         return out[cols].sort_values("own_ms", ascending=False, ignore_index=True)
 
@@ -245,6 +245,20 @@ class WhatIf:
             span = (self.window[1] - self.window[0]) / 1e6
             on_path = sum(ms * self.on_path_share(tid, stages) for tid, ms in [*removed.items(), *helped.items()])
             now, after = max(now, span), max(after, span - on_path)
+        return now / after if after > 0 else float("inf")
+
+    def without_turns(self) -> float:
+        """Length now over the length if the threads no longer waited on each other: each keeps its
+        own time (less what the path shows was an untraced wait), the threads' CPU time shares the
+        cores, and no chain of hand-offs remains (the own-time view alone). What a lock that the
+        threads take in turn (Python's GIL around pure-Python work) costs the run."""
+        now = self.length()
+        own = self.threads.set_index("tid")["own_ms"].copy()
+        if self.critical() is not None:
+            now = max(now, (self.window[1] - self.window[0]) / 1e6)
+            for tid in own.index:
+                own[tid] = max(own[tid] - self._off_path_ms(int(tid)), 0.0)
+        after = self.length(own)
         return now / after if after > 0 else float("inf")
 
     # ------------------------------------------------------------------------- the critical path
