@@ -110,7 +110,7 @@ def trimmed(db: Path, step: str, work: Path) -> Path:
     if target.exists():
         return target
     import labkit
-    from labkit.report.reader import trim_export
+    from labkit.report.trim import trim_export
 
     from labbook.steps import recorded_options
 

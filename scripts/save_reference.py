@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib
     matplotlib.use("Agg")
     import labkit
-    from labkit.report.reader import trim_export
+    from labkit.report.trim import trim_export
 
     src, dst = args.reports, args.dest / args.machine
     ledger = src / "ledger.jsonl"

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from labkit import load_report
-from labkit.report.reader import ReportError, trim_export
+from labkit.report.reader import ReportError
+from labkit.report.trim import trim_export
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXPORT = FIXTURES / "gputest.nsys2025.3.sqlite"

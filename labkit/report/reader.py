@@ -1,5 +1,5 @@
-"""Read an Nsight Systems SQLite export: the schema-aware reader (`_Db`), the table readers and
-`trim_export`.
+"""Read an Nsight Systems SQLite export: the schema-aware reader (`_Db`) and the table readers
+(a slice of an export: :mod:`labkit.report.trim`).
 
 The reader checks every table and column before use, because exports of different nsys versions
 differ (2022.4 has ``EXPORT_META_DATA``, 2025.3 ``META_DATA_EXPORT`` and more columns; tables
@@ -33,7 +33,6 @@ __all__ = [
     "OSRT_COLUMNS",
     "SUMMARY_COLUMNS",
     "PROJECTION_COLUMNS",
-    "trim_export",
 ]
 
 
@@ -483,53 +482,3 @@ def _read_gpu(db: _Db) -> pd.DataFrame:
         return pd.DataFrame({"device_id": pd.Series(dtype="int64"), "name": pd.Series(dtype=object)})
     rows = db.scalar_rows(f"SELECT {', '.join(f'[{c}]' for c in have)} FROM TARGET_INFO_GPU")
     return pd.DataFrame(rows, columns=[_GPU_COLS[c] for c in have])
-
-
-def trim_export(src, dst, start_ns: int, end_ns: int) -> Path:
-    """Copy the SQLite export ``src`` to ``dst`` keeping only events that start in
-    ``[start_ns, end_ns)``, to share a small slice of a long run (the full ``.nsys-rep`` stays
-    the record). Every table with a ``start`` column is filtered; strings, threads, devices and
-    metadata are kept whole. Refuses to overwrite an existing ``dst``. Returns ``dst``.
-    """
-    import shutil
-
-    src, dst = Path(src), Path(dst)
-    if not src.is_file():
-        raise ReportError(f"{src}: no such export")
-    if dst.exists():
-        raise ReportError(f"{dst} exists: choose another path or remove it first")
-    if start_ns >= end_ns:
-        raise ValueError(f"empty window: start_ns {start_ns} >= end_ns {end_ns}")
-    with open(src, "rb") as f:
-        if f.read(16) != b"SQLite format 3\x00":
-            raise ReportError(f"{src}: not an SQLite file (export a .nsys-rep with load_report or nsys export first)")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(dst.name + ".part")
-    shutil.copyfile(src, tmp)
-    con = sqlite3.connect(tmp)
-    try:
-        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        if "StringIds" not in tables:
-            raise sqlite3.DatabaseError("no StringIds table")
-        # domain create/destroy rows name the domains of every range: keep them wherever they lie
-        keep_types = [r[0] for r in con.execute("SELECT id FROM ENUM_NSYS_EVENT_TYPE WHERE name IN "
-                                                "('NvtxDomainCreate', 'NvtxDomainDestroy')")] \
-            if "ENUM_NSYS_EVENT_TYPE" in tables else []
-        for t in tables:
-            cols = {r[1] for r in con.execute(f'PRAGMA table_info("{t}")')}
-            if "start" not in cols:
-                continue
-            keep = (f" AND eventType NOT IN ({', '.join(str(int(k)) for k in keep_types)})"
-                    if keep_types and "eventType" in cols else "")
-            con.execute(f'DELETE FROM "{t}" WHERE (start < ? OR start >= ?){keep}', (int(start_ns), int(end_ns)))
-        con.commit()
-        con.execute("VACUUM")
-    except sqlite3.DatabaseError as e:
-        con.close()
-        tmp.unlink(missing_ok=True)
-        raise ReportError(f"{src}: cannot trim ({e}); is it a complete nsys SQLite export?") from None
-    con.close()
-    tmp.replace(dst)
-    return dst
-
-

@@ -1,0 +1,131 @@
+"""The GPU-side rules of :func:`labkit.advise`: each a function of the
+:class:`~labkit.judge.evidence.Evidence` returning finding rows. They read the CUDA API and GPU
+activity as ``nsys analyze``'s rules do (synchronizing APIs, synchronous memcpy/memset, async memcpy
+from pageable memory, GPU starvation, GPU low utilization), so they work on reports without
+annotations; launch-bound and GPU-bound runs besides. The host-side rules (stages and threads):
+:mod:`labkit.judge.rules`, which lists them all in ``RULES``."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from labkit.stats import idle
+from labkit.judge.evidence import IDLE_GAP_MS, LOW_GPU_BUSY, MANY_KERNELS, MANY_KERNELS_PER_BATCH, TINY_KERNEL_US, \
+    Evidence, row
+
+OTHERS_KEEP = "the thread's other work and the kernels keep their measured times"
+"""What a GPU-side bound keeps: only the time waited in the calls it names is saved."""
+
+def _names(calls: pd.DataFrame) -> str:
+    return ", ".join(f"{n} x{c}" for n, c in calls["name"].astype(str).value_counts().head(4).items())
+
+
+def sync_apis(ev: Evidence) -> list[dict]:
+    """Threads waited in synchronizing CUDA calls (nsys analyze: cuda_api_sync)."""
+    calls = ev.in_window(idle.sync_calls(ev.rep))
+    b, waited, tid = ev.waited_bound(calls)
+    if waited <= 0:
+        return []
+    text = (f"{len(calls)} synchronizing calls in {ev.wall_ms:.0f} ms ({_names(calls)}); thread {tid} waited in them "
+            f"{waited:.1f} ms; the SMs were busy {ev.sm_ms:.1f} ms")
+    return [row("sync_apis", "Threads wait for the GPU in synchronizing CUDA calls", text, "remove_sync", b, "bound",
+                f"only the time spent waiting in these calls is saved; {OTHERS_KEEP}")]
+
+
+def sync_copies(ev: Evidence) -> list[dict]:
+    """Synchronous memcpy/memset calls block their thread (nsys analyze: cuda_memcpy_sync)."""
+    cc = ev.in_window(idle.copy_calls(ev.rep))
+    calls = cc[cc["blocking"] & ~cc["name"].astype(str).str.contains("Async", regex=False)] if len(cc) else cc
+    b, waited, tid = ev.waited_bound(calls, ev.copy_ms)
+    if waited <= 0:
+        return []
+    text = (f"{len(calls)} synchronous copy or memset calls ({_names(calls)}); thread {tid} was blocked in them "
+            f"{waited:.1f} ms of {ev.wall_ms:.0f} ms; the copy engines were busy {ev.copy_ms:.1f} ms")
+    return [row("sync_memcpy", "Synchronous copies block the host", text, "overlap_copies", b, "bound",
+                "the copies still take their copy-engine time but overlap other work; " + OTHERS_KEEP)]
+
+
+def pageable(ev: Evidence) -> list[dict]:
+    """Async copies to or from pageable memory run synchronously (nsys analyze: cuda_memcpy_async)."""
+    cc = ev.in_window(idle.copy_calls(ev.rep))
+    calls = cc[cc["pageable"] & cc["name"].astype(str).str.contains("Async", regex=False)] if len(cc) else cc
+    b, waited, tid = ev.waited_bound(calls, ev.copy_ms)
+    if waited <= 0:
+        return []
+    m = ev.rep.memcpy
+    mb = float(m.merge(calls[["pid", "correlation_id"]], on=["pid", "correlation_id"])["bytes"].sum()) / 1e6
+    text = (f"{len(calls)} asynchronous copy calls touch pageable host memory ({mb:.1f} MB), so they ran "
+            f"synchronously; thread {tid} was blocked in them {waited:.1f} ms of {ev.wall_ms:.0f} ms")
+    return [row("pageable_memcpy", "Asynchronous copies use pageable host memory", text, "pin_memory", b, "bound",
+                "pinned, the copies keep their copy-engine time but no longer block the thread; " + OTHERS_KEEP)]
+
+
+def starvation(ev: Evidence) -> list[dict]:
+    """The SMs idle while the host is in no traced call: a host-side stall (nsys analyze:
+    gpu_starvation; HTA's idle breakdown)."""
+    if len(ev.kernels) == 0 or ev.wall_ms <= 0:
+        return []
+    br = idle.gpu_idle_breakdown(ev.rep, min_gap_ms=IDLE_GAP_MS, window=ev.window)
+    stall = float(br["untraced_ns"].sum()) / 1e6
+    if stall <= 0:
+        return []
+    tot = br.attrs["totals_ms"]
+    g = br.iloc[0]
+    text = (f"{len(br)} gaps of {IDLE_GAP_MS:g} ms or more with no kernel running, {br['duration_ns'].sum() / 1e6:.0f} ms "
+            f"in all: the host was in a copy {tot['copy']:.0f} ms, in a sync {tot['sync']:.0f} ms, in other CUDA "
+            f"calls {tot['cuda']:.0f} ms, and in nothing traced {stall:.0f} ms (a host-side stall: compilation, "
+            f"Python, I/O); the longest gap {g['duration_ns'] / 1e6:.1f} ms")
+    b = ev.wall_ms / max(ev.wall_ms - stall, ev.sm_ms, 1e-9)
+    return [row("gpu_starvation", "The GPU waits for host work nothing traced (a host-side stall)", text,
+                "overlap_stages", b, "bound", "only the untraced host time in the gaps is saved (it overlaps the "
+                "kernels instead); the kernels keep their measured times")]
+
+
+def low_utilization(ev: Evidence) -> list[dict]:
+    """The SMs are busy less than half the window (nsys analyze: gpu_time_util)."""
+    if len(ev.kernels) == 0 or ev.wall_ms <= 0 or ev.sm_ms <= 0 or ev.acc.limiter == "gpu":
+        return []  # the SMs are idle most of the time only where they are not the busiest resource
+    busy = ev.sm_ms / ev.wall_ms
+    if busy >= LOW_GPU_BUSY:
+        return []
+    text = (f"kernels kept the SMs busy {busy:.1%} of {ev.wall_ms:.0f} ms ({ev.sm_ms:.1f} ms; copies "
+            f"{ev.copy_ms:.1f} ms apart, not counted)")
+    return [row("gpu_low_utilization", "The GPU's SMs are idle most of the time", text, "batch", ev.wall_ms / ev.sm_ms,
+                "bound", "no run is faster than its kernels at their measured times; reaching it needs all host "
+                "work and copies overlapped with them")]
+
+
+def launch_bound(ev: Evidence) -> list[dict]:
+    """Many tiny kernels: the launches, not the GPU, set the pace."""
+    k = ev.kernels
+    if len(k) == 0:
+        return []
+    med_us = float(k["duration_ns"].median()) / 1e3
+    many = len(k) / ev.batches >= MANY_KERNELS_PER_BATCH if ev.batches else len(k) >= MANY_KERNELS
+    if med_us >= TINY_KERNEL_US or not many:
+        return []
+    api = ev.in_window(ev.rep.cuda_api)
+    launches = api[api["name"].astype(str).str.contains("Launch", regex=False)]
+    b, waited, tid = ev.waited_bound(launches)
+    if waited <= 0:
+        return []
+    text = (f"{len(k)} kernels in {ev.wall_ms:.0f} ms" + (f" ({len(k) / ev.batches:.0f} a batch)" if ev.batches else "")
+            + f", median {med_us:.1f} us; {len(launches)} launch calls; thread {tid} spent {waited:.1f} ms in them")
+    return [row("launch_bound", "Many tiny kernels: the run is launch-bound", text, "cuda_graphs", b, "bound",
+                "a graph replay costs nothing next to the launches it replaces; " + OTHERS_KEEP)]
+
+
+def gpu_bound(ev: Evidence) -> list[dict]:
+    """The kernels kept the SMs busier than any thread: the GPU's work itself bounds the run."""
+    if len(ev.kernels) == 0 or ev.load.empty or ev.wall_ms <= 0 or ev.acc.limiter != "gpu":
+        return []  # named only when the accounting finds the SMs the busiest resource
+    busiest = float(ev.load.groupby("tid")["ms"].sum().max())
+    if ev.sm_ms <= busiest:
+        return []
+    text = (f"kernels kept the SMs busy {ev.sm_ms:.0f} ms of {ev.wall_ms:.0f} ms, more than the busiest thread's "
+            f"{busiest:.0f} ms of stage time (copies {ev.copy_ms:.0f} ms apart)")
+    b = ev.wall_ms / busiest if busiest > 0 else math.inf
+    return [row("gpu_bound", "The GPU's kernels bound the run", text, lever, b, "bound",
+                "even kernels taking no time leave the busiest thread's stage time") for lever in
+            ("reduce_precision", "compile")]
