@@ -104,6 +104,13 @@ def test_the_critical_path_follows_a_handoff_and_tiles_the_window(tmp_path):
     assert top["stage"] == "infer" and top["basis"] == "bound" and top["predicted_speedup"] > 3.5, top
 
 
+def _profile_inline(prog, tmp_path, trace):
+    """Profile a program written by a test (beside the known-answer programs' ``_known`` helpers)."""
+    env = ka._env()
+    env["PYTHONPATH"] = os.pathsep.join([str(ka.KNOWN), env["PYTHONPATH"]])
+    return labkit.profile([sys.executable, str(prog)], name=prog.stem, outdir=str(tmp_path), trace=trace, env=env)
+
+
 @pytest.mark.nsys
 def test_without_os_calls_a_threads_time_after_its_last_range_is_not_work(tmp_path):
     """A hand-off traced without OS runtime calls (cuda,nvtx): the main thread prepares (10 ms) and
@@ -123,10 +130,7 @@ def test_without_os_calls_a_threads_time_after_its_last_range_is_not_work(tmp_pa
         "        f = pool.submit(infer, i)\n"
         "    f.result()\n"
         "annotate.mark('done')\n")
-    env = ka._env()
-    env["PYTHONPATH"] = os.pathsep.join([str(ka.KNOWN), env["PYTHONPATH"]])
-    rep = labkit.profile([sys.executable, str(prog)], name="handoff_mark", outdir=str(tmp_path),
-                         trace=("cuda", "nvtx"), env=env)
+    rep = _profile_inline(prog, tmp_path, ("cuda", "nvtx"))
     assert len(rep.osrt) == 0
     nv = rep.nvtx
     done = int(nv.loc[nv["name"] == "done", "end_ns"].max())
@@ -152,10 +156,7 @@ def test_a_thread_busy_under_half_the_window_is_not_called_the_bound(tmp_path):
         "for i in range(4):\n"
         "    with annotate.range('prepare', batch=i, items=1):\n        cpu(10)\n"
         "    subprocess.run([sys.executable, '-c', 'import time; time.sleep(0.15)'], check=True)\n")
-    env = ka._env()
-    env["PYTHONPATH"] = os.pathsep.join([str(ka.KNOWN), env["PYTHONPATH"]])
-    rep = labkit.profile([sys.executable, str(prog)], name="waits_on_child", outdir=str(tmp_path),
-                         trace=("cuda", "nvtx", "osrt"), env=env)
+    rep = _profile_inline(prog, tmp_path, ("cuda", "nvtx", "osrt"))
     b = labkit.bottleneck(rep)
     assert b.thread_busy_frac < 0.5, b
     assert "bound throughput" not in str(b) and "No thread or engine was busy most" in str(b), str(b)

@@ -17,6 +17,7 @@ from labkit.judge.evidence import IDLE_GAP_MS, LOW_GPU_BUSY, MANY_KERNELS, MANY_
 OTHERS_KEEP = "the thread's other work and the kernels keep their measured times"
 """What a GPU-side bound keeps: only the time waited in the calls it names is saved."""
 
+
 def _names(calls: pd.DataFrame) -> str:
     return ", ".join(f"{n} x{c}" for n, c in calls["name"].astype(str).value_counts().head(4).items())
 

@@ -166,16 +166,17 @@ def one_at_a_time(ev: Evidence) -> list[dict]:
     turns = per[(per["own"] >= TURNS_SHARE * span) & (per["wait"] >= TURNS_SHARE * (per["own"] + per["wait"]))]
     if len(turns) < 2:
         return []
-    total = float(m.threads.set_index("tid")["own_ms"].reindex(turns.index).sum())
+    th = m.threads.set_index("tid").loc[turns.index]
+    total = float(th["own_ms"].sum())
     if not ONE_AT_A_TIME[0] * span <= total <= ONE_AT_A_TIME[1] * span:
         return []  # they overlapped (or did something else most of the window)
     p = m.without_turns()
     if p < MIN_GAIN:
         return []
-    names = m.threads.set_index("tid").loc[turns.index, "thread"].astype(str).tolist()
+    names = th["thread"].astype(str).tolist()
     mine = st[st["tid"].isin(turns.index)].groupby("stage")["wait_ms"].sum().sort_values(ascending=False)
     stage = str(mine.index[0]) if len(mine) and mine.iloc[0] >= DOMINANT_SHARE * mine.sum() else None
-    longest = float(m.threads.set_index("tid").loc[turns.index, "own_ms"].max())
+    longest = float(th["own_ms"].max())
     text = (f"{len(turns)} threads ({', '.join(names)}) worked {total:.0f} ms in the {span:.0f} ms window "
             f"({total / span:.0%} of it, on {cores} cores): one at a time. Each waited on the others inside its own "
             f"stages ({turns['wait'].sum():.0f} ms in all" + (f", mostly in '{stage}'" if stage else "") + "): a lock "

@@ -237,10 +237,7 @@ class WhatIf:
             if tid in own.index:
                 own[tid] = max(own[tid] - ms, 0.0)
         path = self.critical()
-        if path is not None:  # untraced time off the path was a wait nothing recorded (see _off_path_ms)
-            for tid in own.index:
-                own[tid] = max(own[tid] - self._off_path_ms(int(tid)), 0.0)
-        after = self.length(own, list(new))
+        after = self.length(self._less_off_path(own), list(new))
         if path is not None:
             span = (self.window[1] - self.window[0]) / 1e6
             on_path = sum(ms * self.on_path_share(tid, stages) for tid, ms in [*removed.items(), *helped.items()])
@@ -253,13 +250,19 @@ class WhatIf:
         cores, and no chain of hand-offs remains (the own-time view alone). What a lock that the
         threads take in turn (Python's GIL around pure-Python work) costs the run."""
         now = self.length()
-        own = self.threads.set_index("tid")["own_ms"].copy()
         if self.critical() is not None:
             now = max(now, (self.window[1] - self.window[0]) / 1e6)
+        after = self.length(self._less_off_path(self.threads.set_index("tid")["own_ms"].copy()))
+        return now / after if after > 0 else float("inf")
+
+    def _less_off_path(self, own: pd.Series) -> pd.Series:
+        """``own`` (tid -> ms, changed in place) less each thread's untraced time off the critical path:
+        a wait nothing recorded, which a change that shortens the path does not leave behind (see
+        :meth:`_off_path_ms`); unchanged without a path."""
+        if self.critical() is not None:
             for tid in own.index:
                 own[tid] = max(own[tid] - self._off_path_ms(int(tid)), 0.0)
-        after = self.length(own)
-        return now / after if after > 0 else float("inf")
+        return own
 
     # ------------------------------------------------------------------------- the critical path
     HOP_NS = 1_000_000

@@ -74,7 +74,7 @@ def range_durations(db: _Db, strings: np.ndarray) -> pd.DataFrame:
     types, pp, se, _ = _event_types(db)
     cols = set(db.columns(t))
     if db.rows_at_most(t) > COLUMNS_FROM:
-        out = _one_scan(db, strings, t, types, cols)
+        out = _one_scan(db, strings, t, types, pp, se, cols)
         if out is not None:
             return out
     dmap = _domain_names(db, types)
@@ -120,13 +120,12 @@ def range_durations(db: _Db, strings: np.ndarray) -> pd.DataFrame:
                          "duration_ns": cat(3, np.int64)})
 
 
-def _one_scan(db: _Db, strings: np.ndarray, t: str, types: dict, cols: set):
+def _one_scan(db: _Db, strings: np.ndarray, t: str, types: dict, pp: list, se: list, cols: set):
     """range_durations of a large export in one pass over NVTX_EVENTS: SQLite joins (style, duration)
     packed in one integer and the name (the inline text, or char(30) and the StringIds id) into one
     string each (and domain and process where domains exist); numpy parses them, pandas factorizes
     the names and only the distinct ones are looked up. None where that does not fit (an unended
     range, a text holding the separator): then the grouped queries are used."""
-    _, pp, se, _ = _event_types(db)
     se_sql = ",".join(map(str, se))
     p = f"((eventType IN ({se_sql})) << 40) | ([end] - start)"  # NULL when unended: a count short
     did = "coalesce(domainId, -1)" if "domainId" in cols else "-1"
