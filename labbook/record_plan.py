@@ -94,7 +94,7 @@ class Machine:
     build_s: Mapping[str, float] = field(default_factory=dict)  # one-time preparation -> seconds
     skip_s: float = 1.0  # a step this machine cannot run: its skipped ledger row
     call_limit_s: float = 540.0  # 9 minutes a call
-    total_limit_s: float = 1200.0  # 20 minutes of device time
+    total_limit_s: float = 900.0  # 15 minutes of device time a session (2026-11-26); the state carries over
 
     def __post_init__(self):
         object.__setattr__(self, "fps", MappingProxyType(dict(self.fps)))
@@ -306,20 +306,31 @@ def machine(name: str) -> Machine:
 
 def plan(machine_name: str = "h100", mode: str = "record", names: list[str] | None = None) -> dict:
     """The recording plan for a machine in ``mode``: ``calls`` (each ``steps`` and modelled
-    ``minutes``), ``total_minutes``, the limits, whether it fits, each step's frames and seconds,
-    and the model with its basis."""
+    ``minutes``), ``total_minutes``, the limits, whether it fits (every call within a call's limit),
+    ``sessions`` (the calls, by number, packed in order into one session's device time each: the
+    state carries over from one session to the next), each step's frames and seconds, and the model
+    with its basis."""
     m = machine(machine_name)
     steps = planned_steps(mode, names, gpu=m.name != "cpu")
     est = estimates(m, mode, steps)
     calls = pack(est, call_s=m.call_s, first_s=m.clip_s, limit_s=m.call_limit_s)
     total = sum(c["seconds"] for c in calls)
+    sessions: list[list[int]] = []  # the calls, packed in order into sessions' device time
+    used = math.inf
+    for i, c in enumerate(calls, 1):
+        if used + c["seconds"] > m.total_limit_s:
+            sessions.append([])
+            used = 0.0
+        sessions[-1].append(i)
+        used += c["seconds"]
     model = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in vars(m).items()}
     return {
         "machine": m.name, "mode": mode,
         "calls": [{"steps": c["steps"], "minutes": round(c["seconds"] / 60, 2)} for c in calls],
         "total_minutes": round(total / 60, 2),
-        "limits": {"call_minutes": m.call_limit_s / 60, "total_minutes": m.total_limit_s / 60},
-        "fits": total <= m.total_limit_s and all(c["seconds"] <= m.call_limit_s for c in calls),
+        "limits": {"call_minutes": m.call_limit_s / 60, "session_minutes": m.total_limit_s / 60},
+        "sessions": sessions,
+        "fits": all(c["seconds"] <= m.call_limit_s for c in calls),
         "steps": {p.name: {"seconds": est[p.name], "frames": frames_for(p.flags, mode),
                            "streams": int(p.flags.get("streams", 1)), "runs": p.runs, "profiled": p.profiled,
                            **({} if runnable(m, p.flags) else {"skipped": True})} for p in steps},

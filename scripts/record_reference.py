@@ -4,7 +4,7 @@
     python scripts/record_reference.py plan [--json] [--model h100|cpu] [--mode record] [--steps a,b,...]
     python scripts/record_reference.py prepare [--state-dir .record]
     python scripts/record_reference.py run --out $OUT [--model h100] [--budget S] [--mode record]
-        [--machine h100] [--steps a,b,...] [--state-dir .record] [--work DIR]
+        [--machine NAME] [--steps a,b,...] [--state-dir .record] [--work DIR]
     python scripts/record_reference.py fetch FOLDER [--state-dir .record] [--dest reports/reference]
 
 ``plan`` (anywhere): the calls the recording takes on a machine, from its timing model
@@ -31,8 +31,10 @@ call is killed); at the end of the call, once:
 - ``record.log``: what this call did; the call's modelled and measured minutes; its last line
   says ``complete`` or how many steps remain.
 
-``fetch`` (here, after each call): copies ``state.tgz`` and ``keep.tgz`` from the call's returned
-files into the state folder, and unpacks ``reference.tgz`` into ``reports/reference/``.
+``fetch`` (here, after each call): copies ``state.tgz`` into the state folder and ``keep.tgz`` beside
+it (``.record-kept/``: the machine needs no kept report back), unpacks ``reference.tgz`` into
+``reports/reference/``, and makes the next call's carry fit 64 MiB (the state's caches left out
+first), or says in one line why it cannot.
 """
 from __future__ import annotations
 
@@ -49,6 +51,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_ATTEMPTS = 2
+
+
+def _gpu_name() -> str:
+    """The first GPU's name (nvidia-smi), or ``cpu`` where there is none."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return "cpu"
+    names = out.stdout.strip().splitlines() if out.returncode == 0 else []
+    return names[0].strip() if names else "cpu"
+
+
+def _folder(gpu: str) -> str:
+    """The reference folder of a GPU: its model (``NVIDIA H200`` -> ``h200``), or ``cpu``."""
+    import re
+
+    m = re.search(r"\b([A-Z]{1,2}\d{2,4})\b", gpu)
+    return m.group(1).lower() if m else "cpu"
 
 
 def _log(out: Path, text: str) -> None:
@@ -95,6 +116,14 @@ def write_reference(work: Path, out: Path, *, machine: str, provenance: dict) ->
     if sum(f.stat().st_size for f, _ in members) > MAX_TAR:  # by construction: the reports go first
         members = [(f, a) for f, a in members if not f.name.endswith(".nsys-rep")]
         note += "; the kept reports are in keep.tgz only (reference.tgz would pass 16 MiB)"
+    exports = sorted((m for m in members if m[0].suffix == ".sqlite"), key=lambda m: m[0].stat().st_size)
+    left = []
+    while exports and sum(f.stat().st_size for f, _ in members) > MAX_TAR:  # then the largest exports
+        big = exports.pop()
+        members.remove(big)
+        left.append(big[0].name)
+    if left:
+        note += f"; left out {', '.join(left)} (reference.tgz would pass 16 MiB; its timeline stays)"
     tar(out / "reference.tgz", members)
     return note
 
@@ -207,11 +236,16 @@ def run(args) -> int:
     for key, empty in (("done", []), ("attempts", {}), ("seconds", {}), ("modelled", {}), ("calls", 0),
                        ("call_minutes", [])):
         progress.setdefault(key, empty)
+    gpu = _gpu_name()
+    if progress.setdefault("gpu", gpu) != gpu:  # one machine's figures per reference folder
+        raise SystemExit(f"record_reference: this state was recorded on {progress['gpu']}, this machine has {gpu}: "
+                         "call on the same kind of machine, or start a new recording (rm -rf .record)")
+    args.machine = args.machine or _folder(gpu)
     progress["calls"] += 1
     estimate = Estimates(args.model, args.mode, plan, progress)
     machine = estimate.machine
     budget = args.budget if args.budget is not None else machine.call_limit_s - machine.call_s
-    provenance = {**commit_info(state_dir), "mode": args.mode, "machine": args.machine, "plan": plan}
+    provenance = {**commit_info(state_dir), "mode": args.mode, "machine": args.machine, "gpu": gpu, "plan": plan}
     _log(out, f"call {progress['calls']}: {'state restored from ' + str(state_dir) if restored else 'work folder ' + str(work)}; "
               f"budget {budget:.0f} s of steps ({machine.name} model); commit {provenance.get('commit')}")
     modelled = machine.call_s
@@ -304,9 +338,9 @@ def show_plan(args) -> int:
     for i, c in enumerate(p["calls"], 1):
         print(f"call {i}: {c['minutes']:.2f} min: {', '.join(c['steps'])}")
     lim = p["limits"]
-    print(f"total {p['total_minutes']:.2f} min in {len(p['calls'])} calls ({p['machine']} model; limits "
-          f"{lim['call_minutes']:g} min a call, {lim['total_minutes']:g} min in all): "
-          f"{'fits' if p['fits'] else 'does not fit'}")
+    print(f"total {p['total_minutes']:.2f} min in {len(p['calls'])} calls over {len(p['sessions'])} session(s) "
+          f"({p['machine']} model; limits {lim['call_minutes']:g} min a call, {lim['session_minutes']:g} min of device "
+          f"time a session, the state carrying over): {'fits' if p['fits'] else 'does not fit'}")
     return 0
 
 
@@ -319,20 +353,68 @@ def prepare(args) -> int:
     return 0
 
 
+CARRY = 64 * 2**20
+"""What one device call carries at most: the working tree, ``.gpu`` and the state folder together."""
+
+
+def _tree_bytes() -> int:
+    """The bytes of the working tree that travel (tracked and untracked, not ignored, files)."""
+    try:
+        names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                               capture_output=True, check=True).stdout.split(b"\0")
+    except (OSError, subprocess.CalledProcessError):
+        return 0
+    paths = (ROOT / n.decode() for n in names if n)
+    return sum(p.stat().st_size for p in paths if p.is_file())
+
+
+def _without_caches(state: Path) -> None:
+    """Rewrite ``state.tgz`` without its model and compile caches (made again on the machine)."""
+    tmp = state.with_name("state.tgz.tmp")
+    with tarfile.open(state) as src, tarfile.open(tmp, "w:gz") as dst:
+        for m in src.getmembers():
+            if m.name != "cache" and not m.name.startswith("cache/"):
+                dst.addfile(m, src.extractfile(m) if m.isfile() else None)
+    os.replace(tmp, state)
+
+
+def fit_carry(state_dir: Path, gpu_dir: Path) -> str:
+    """Make the next call's carry (the tree, ``gpu_dir``, ``state_dir``) fit the device tool's 64 MiB:
+    the state's caches go first (made again there). Returns a note, or raises SystemExit in one line."""
+    fixed = _tree_bytes() + sum(f.stat().st_size for f in gpu_dir.rglob("*") if f.is_file())
+    def size() -> int:
+        return fixed + sum(f.stat().st_size for f in state_dir.rglob("*") if f.is_file())
+    note = ""
+    if size() > CARRY and (state_dir / "state.tgz").exists():
+        _without_caches(state_dir / "state.tgz")
+        note = "; state.tgz without its caches, to fit the next call's carry (made again there)"
+    if size() > CARRY:
+        raise SystemExit(f"record_reference: the next call would carry {size() / 2**20:.1f} MiB (tree, {gpu_dir.name}, "
+                         f"{state_dir.name}), over the device tool's 64 MiB: carry fewer wheels in {gpu_dir.name}/wheels "
+                         "(the recording needs nvtx, pycocotools and trackeval) and call again")
+    return f"next call carries {size() / 2**20:.1f} MiB of 64{note}"
+
+
 def fetch(args) -> int:
     src = Path(args.folder)
     if not (src / "state.tgz").exists():
         print(f"record_reference: no state.tgz in {src}: pass the folder the call's files were copied to", file=sys.stderr)
         return 1
     args.state_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("state.tgz", "keep.tgz"):
-        if (src / name).exists():
-            shutil.copy2(src / name, args.state_dir / name)
+    shutil.copy2(src / "state.tgz", args.state_dir / "state.tgz")
+    if (src / "keep.tgz").exists():  # the kept reports stay here: the machine needs none of them
+        kept = args.state_dir.with_name(args.state_dir.name + "-kept")
+        kept.mkdir(parents=True, exist_ok=True)
+        target = kept / f"keep-{len(list(kept.glob('keep-*.tgz'))) + 1}.tgz"
+        shutil.copy2(src / "keep.tgz", target)
+        (args.state_dir / "keep.tgz").unlink(missing_ok=True)
+        print(f"record_reference: kept reports in {target}")
     if (src / "reference.tgz").exists():
         with tarfile.open(src / "reference.tgz") as tar:
             names = tar.getnames()
             tar.extractall(args.dest, filter="data")
         print(f"record_reference: unpacked {len(names)} files into {args.dest}")
+    print(f"record_reference: {fit_carry(args.state_dir, args.gpu_dir)}")
     if (src / "record.log").exists():
         print((src / "record.log").read_text().rstrip().splitlines()[-1])
     return 0
@@ -355,11 +437,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--budget", type=float, default=None,
                    help="seconds of steps in this call (default: the model's 9 minutes less the write-out)")
     r.add_argument("--out", type=Path, default=os.environ.get("OUT"), help="where state and reference go (default $OUT)")
-    r.add_argument("--machine", default="h100", help="the reference folder's name")
+    r.add_argument("--machine", default=None, help="the reference folder's name (default: the GPU's model, "
+                   "h100 or h200, or cpu)")
     r.add_argument("--work", type=Path, default=ROOT / ".record" / "work", help="reports, caches, progress")
     f = sub.add_parser("fetch", parents=[state], help="take a call's returned files (here)")
     f.add_argument("folder")
     f.add_argument("--dest", type=Path, default=ROOT / "reports" / "reference")
+    f.add_argument("--gpu-dir", type=Path, default=ROOT / ".gpu", help="the other carried folder (its size counts)")
     args = p.parse_args(argv)
     if args.cmd == "run" and args.out is None:
         p.error("--out is required where $OUT is unset")

@@ -28,12 +28,16 @@ def plan_cli(*args) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
 
 
-def test_the_h100_plan_fits_20_minutes_in_calls_of_9_and_covers_every_gpu_step():
+def test_the_h100_plan_fits_two_sessions_in_calls_of_9_and_covers_every_gpu_step():
     res = plan_cli("--json")
     assert res.returncode == 0, res.stderr
     p = json.loads(res.stdout)
     assert p["machine"] == "h100" and p["mode"] == "record" and p["fits"]
     assert p["total_minutes"] <= 20 and all(c["minutes"] <= 9 for c in p["calls"])
+    # 15 minutes of device time a session: calls packed in order, each session within it
+    assert [i for s in p["sessions"] for i in s] == list(range(1, len(p["calls"]) + 1))
+    assert len(p["sessions"]) == 2
+    assert all(sum(p["calls"][i - 1]["minutes"] for i in s) <= 15 for s in p["sessions"])
     assert p["total_minutes"] == pytest.approx(sum(c["minutes"] for c in p["calls"]), abs=0.05)
     order = [s for c in p["calls"] for s in c["steps"]]
     s = settings("record")

@@ -13,6 +13,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from labkit.bench.ledger import Ledger
@@ -51,8 +52,11 @@ def test_two_budgeted_calls_resume_and_complete_the_reference(tmp_path):
     assert (tmp_path / "out1" / "keep.tgz").stat().st_size <= 16 * 2**20
     with tarfile.open(tmp_path / "out1" / "state.tgz") as tar:
         assert not [n for n in tar.getnames() if n.startswith("data")]  # the clip never travels: made from its seed
-    assert driver("fetch", tmp_path / "out1", "--state-dir", state, "--dest", here).returncode == 0
-    assert (state / "state.tgz").exists() and (state / "keep.tgz").exists()
+    fetched = driver("fetch", tmp_path / "out1", "--state-dir", state, "--dest", here, "--gpu-dir", tmp_path / "gpu")
+    assert fetched.returncode == 0, fetched.stderr
+    # the state travels back; the kept reports stay here, beside it (the machine needs none of them)
+    assert (state / "state.tgz").exists() and not (state / "keep.tgz").exists()
+    assert (tmp_path / "state-kept" / "keep-1.tgz").exists() and "next call carries" in fetched.stdout
     assert (here / "cpu-rehearsal" / "provenance.json").exists()
 
     # Call 2, on a "fresh machine" (a new work folder): resumes, never reruns the baseline.
@@ -66,18 +70,23 @@ def test_two_budgeted_calls_resume_and_complete_the_reference(tmp_path):
         line = next(x for x in log.splitlines() if "min, measured" in x)
         modelled, measured = (float(line.split(k)[1].split()[0]) for k in ("modelled ", "measured "))
         assert modelled > 0 and measured > 0, line
+    assert driver("fetch", tmp_path / "out2", "--state-dir", state, "--dest", here,
+                  "--gpu-dir", tmp_path / "gpu").returncode == 0
     rows = _ledger(tmp_path / "out2", tmp_path / "ref", "cpu-rehearsal")
     # the machine's decode-only ceiling first (labbook.runs.decode_ceiling, once per machine and mode)
     assert [(r["step"], r.get("status", "ok")) for r in rows] == [("decode_ceiling", "ok"), ("baseline", "ok"),
                                                                    ("queues", "ok"), ("fp16", "skipped")]
     assert rows[0]["ceiling"] == "decode" and all(r["provenance"]["mode"] == "small" for r in rows if "provenance" in r)
-    folder = tmp_path / "ref" / "cpu-rehearsal"
+    folder = here / "cpu-rehearsal"  # what the two fetches put together here
     prov = json.loads((folder / "provenance.json").read_text())
     assert prov["complete"] and prov["commit"] == commit and prov["calls"] == 2 and prov["mode"] == "small"
-    assert "baseline" in prov["kept_reports"]
-    # the baseline's nsys report survived the fresh machine, with its SQLite export
-    assert (folder / "baseline.nsys-rep").stat().st_size > 0 and (folder / "baseline.sqlite").exists()
-    assert {"doctor.txt", "timeline_baseline.png"} <= {p.name for p in folder.iterdir()}
+    assert prov["gpu"] == "cpu"
+    assert [r["step"] for r in Ledger(folder / "ledger.jsonl").rows()] == [r["step"] for r in rows]
+    # the baseline's export and timeline (call 1) and the queued run's (call 2), side by side
+    assert {"doctor.txt", "baseline.sqlite", "timeline_baseline.png", "timeline_queues.png"} <= {
+        p.name for p in folder.iterdir()}
+    with tarfile.open(tmp_path / "state-kept" / "keep-1.tgz") as tar:  # its nsys report, kept here
+        assert "baseline-kept.nsys-rep" in tar.getnames()
 
 
 def test_a_step_that_never_finished_becomes_a_failed_row_and_the_call_goes_on(tmp_path):
@@ -127,3 +136,43 @@ def test_the_plan_goes_on_to_06_and_08_resolving_each_step_when_its_turn_comes(t
     start = rows["processes2"]["builds_on"]
     assert start in ("optimized", "batch4") and rows["ranks2"]["builds_on"] == start
     assert rows["ranks2"]["config"]["ranks"] == 2
+
+
+def test_a_state_recorded_on_another_gpu_is_refused_in_one_line(tmp_path):
+    """One reference folder holds one machine's figures: a call on another kind of machine stops."""
+    work = tmp_path / "work"
+    (work / "reports").mkdir(parents=True)
+    (work / "progress.json").write_text(json.dumps({"done": [], "calls": 1, "gpu": "NVIDIA H200"}))
+    res = driver("run", "--budget", 600, "--out", tmp_path / "out", "--work", work, "--mode", "small", "--model", "cpu",
+                 "--steps", "baseline", "--state-dir", tmp_path / "none")
+    assert res.returncode != 0 and res.stderr.strip().count("\n") == 0
+    assert "recorded on NVIDIA H200" in res.stderr and "same kind of machine" in res.stderr
+    assert not (work / "reports" / "ledger.jsonl").exists()
+
+
+def test_fetch_fits_the_next_calls_carry_caches_first(tmp_path):
+    """The tree, .gpu and .record travel together, at most 64 MiB: the state's caches go first, and a
+    carry that still does not fit is one line naming the fix."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import record_reference as rr
+
+    state, gpu = tmp_path / "state", tmp_path / "gpu"
+    state.mkdir()
+    gpu.mkdir()
+    src = tmp_path / "src"
+    (src / "cache" / "backends").mkdir(parents=True)
+    (src / "progress.json").write_text("{}")
+    (src / "cache" / "backends" / "model.onnx").write_bytes(np.random.default_rng(0).bytes(2 * 2**20))
+    with tarfile.open(state / "state.tgz", "w:gz") as t:
+        t.add(src / "progress.json", "progress.json")
+        t.add(src / "cache", "cache")
+    tree = rr._tree_bytes()
+    assert tree > 10 * 2**20  # the checkout itself: the fixtures, the weights
+    (gpu / "wheels.bin").write_bytes(b"\0" * (rr.CARRY - tree - 2**20))  # room for 1 MiB of state
+    note = rr.fit_carry(state, gpu)
+    assert "without its caches" in note
+    with tarfile.open(state / "state.tgz") as t:
+        assert t.getnames() == ["progress.json"]
+    (gpu / "more.bin").write_bytes(b"\0" * 2**20)
+    with pytest.raises(SystemExit, match="over the device tool's 64 MiB: carry fewer wheels"):
+        rr.fit_carry(state, gpu)

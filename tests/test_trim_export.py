@@ -223,3 +223,44 @@ def test_named_nvtx_domain_survives_the_trim(tmp_path):
     assert len(kept) == 3 and set(kept.loc[kept["name"] == "work", "domain"]) == {"mydomain"}
 
 
+
+
+def test_trim_keeps_only_the_call_stacks_of_the_calls_kept(tmp_path):
+    """A run traced with OS runtime backtraces (the lab's CPU batch4 step, nsys 2022.4): the stacks
+    have no time of their own, so only those of the kept calls stay; the slice's calls are the full
+    report's in the window, and the file shrinks with the slice."""
+    src = tmp_path / "batch4.sqlite"
+    shutil.copyfile(FIXTURES / "lab" / "batch4.cpu-2core.r5.nsys2022.4.sqlite", src)
+    full = load(src)
+    o = full.osrt.sort_values("start_ns")
+    start, end = int(o["start_ns"].iloc[len(o) // 4]), int(o["start_ns"].iloc[len(o) // 2])
+    out = trim_export(src, tmp_path / "slice.sqlite", start, end)
+    con = sqlite3.connect(out)
+    chains = {r[0] for r in con.execute("SELECT DISTINCT id FROM OSRT_CALLCHAINS")}
+    used = {r[0] for r in con.execute("SELECT DISTINCT callchainId FROM OSRT_API WHERE callchainId IS NOT NULL")}
+    all_chains = {r[0] for r in sqlite3.connect(src).execute("SELECT DISTINCT id FROM OSRT_CALLCHAINS")}
+    n_full = sqlite3.connect(src).execute("SELECT COUNT(*) FROM OSRT_CALLCHAINS").fetchone()[0]
+    n_cut = con.execute("SELECT COUNT(*) FROM OSRT_CALLCHAINS").fetchone()[0]
+    con.close()
+    assert chains == used & all_chains and 0 < n_cut < n_full * 0.6
+    want = o[(o["start_ns"] >= start) & (o["start_ns"] < end)]
+    got = load(out).osrt
+    assert len(got) == len(want) > 0 and set(got["start_ns"]) == set(want["start_ns"])
+    assert out.stat().st_size < src.stat().st_size * 0.6
+
+
+def test_trim_keeps_the_cuda_events_of_the_calls_kept(tmp_path):
+    """CUDA event rows (cudaEventRecord's events) have no time: those of the kept calls stay."""
+    src = tmp_path / "pipeline.sqlite"
+    shutil.copyfile(FIXTURES / "pipeline.nsys2025.3.sqlite", src)
+    con = sqlite3.connect(src)
+    corr = con.execute("SELECT e.correlationId, r.start FROM CUPTI_ACTIVITY_KIND_CUDA_EVENT e JOIN "
+                       "CUPTI_ACTIVITY_KIND_RUNTIME r USING (correlationId) ORDER BY r.start").fetchall()
+    con.close()
+    assert len(corr) >= 4
+    start, end = corr[len(corr) // 2][1], corr[-1][1] + 1
+    out = trim_export(src, tmp_path / "slice.sqlite", start, end)
+    con = sqlite3.connect(out)
+    kept = {r[0] for r in con.execute("SELECT correlationId FROM CUPTI_ACTIVITY_KIND_CUDA_EVENT")}
+    con.close()
+    assert kept == {c for c, t in corr if start <= t < end}

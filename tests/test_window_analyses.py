@@ -56,3 +56,19 @@ def test_advise_and_idle_breakdown_within_a_range(llama):
     assert (parts == gaps["duration_ns"]).all()
     util = idle.gpu_utilization(llama, within=name, bin_ms=1.0)
     assert util["start_ns"].iloc[0] == span[0][0] and util["busy_frac"].between(0, 1).all()
+
+
+def test_a_window_is_not_stretched_by_a_call_that_ends_past_it():
+    """An OS runtime call that starts inside the window and ends after it (a thread blocked in
+    ``poll`` to the end of the run) is kept whole by ``restrict``, but the window analysed stays the
+    window: a 2.5 s call once stretched a steady window of 0.16 s to 0.33 s, its gap called a stall."""
+    r = labkit.load_report(Path(__file__).parent / "fixtures" / "lab" / "batch4.cpu-2core.r5.nsys2022.4.sqlite")
+    o = r.osrt
+    longest = o.loc[(o["end_ns"] - o["start_ns"]).idxmax()]
+    w = (int(longest["start_ns"]) - 1_000_000, int(longest["start_ns"]) + 50_000_000)
+    cut = restrict(r, window=w)
+    assert int(cut.osrt["end_ns"].max()) > w[1]  # the call is kept whole ...
+    span = stages.trace_span(cut)
+    assert w[0] <= span[0] and span[1] <= w[1]  # ... and the span is the window's
+    a = advice.advise(r, window=w, steady=False)
+    assert a.attrs["window"][1] <= w[1]

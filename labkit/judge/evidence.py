@@ -76,6 +76,7 @@ class Evidence:
         nv = rep.nvtx
         lab = stage_labels(nv) if len(nv) else pd.Series(dtype=object)
         r = nv[(nv["kind"] != "mark") & (lab.isin(self.stages) | nv["name"].isin(self.stages))] if len(nv) else nv
+        self.stage_ranges = r[["start_ns", "end_ns"]] if len(r) else pd.DataFrame({"start_ns": [], "end_ns": []})
         pay = r["payload"].astype("float64") if len(r) else pd.Series(dtype="float64")
         self.batches = int(r.loc[pay.notna(), "payload"].nunique()) if len(r) else 0
         if warmup and pay.notna().any():  # batch-indexed ranges: the steady state past the warm-up

@@ -63,24 +63,27 @@ def pageable(ev: Evidence) -> list[dict]:
 
 
 def starvation(ev: Evidence) -> list[dict]:
-    """The SMs idle while the host is in no traced call: a host-side stall (nsys analyze:
-    gpu_starvation; HTA's idle breakdown)."""
+    """The SMs idle while the host is in no traced call and in no stage: a host-side stall (nsys
+    analyze: gpu_starvation; HTA's idle breakdown). Gap time inside a stage's ranges is that stage's
+    work, which the stage rules weigh; only the rest is the stall."""
     if len(ev.kernels) == 0 or ev.wall_ms <= 0:
         return []
-    br = idle.gpu_idle_breakdown(ev.rep, min_gap_ms=IDLE_GAP_MS, window=ev.window)
+    br = idle.gpu_idle_breakdown(ev.rep, min_gap_ms=IDLE_GAP_MS, window=ev.window, ranges=ev.stage_ranges)
     stall = float(br["untraced_ns"].sum()) / 1e6
     if stall <= 0:
         return []
     tot = br.attrs["totals_ms"]
-    g = br.iloc[0]
+    staged = (f", in the stages' ranges {tot['ranges']:.0f} ms (their work: the stage findings weigh it)"
+              if tot["ranges"] > 0 else "")
+    longest = br["untraced_ns"].max() / 1e6
     text = (f"{len(br)} gaps of {IDLE_GAP_MS:g} ms or more with no kernel running, {br['duration_ns'].sum() / 1e6:.0f} ms "
             f"in all: the host was in a copy {tot['copy']:.0f} ms, in a sync {tot['sync']:.0f} ms, in other CUDA "
-            f"calls {tot['cuda']:.0f} ms, and in nothing traced {stall:.0f} ms (a host-side stall: compilation, "
-            f"Python, I/O); the longest gap {g['duration_ns'] / 1e6:.1f} ms")
+            f"calls {tot['cuda']:.0f} ms{staged}, and in nothing traced {stall:.0f} ms (a host-side stall: "
+            f"compilation, Python, I/O; {longest:.1f} ms in the longest)")
     b = ev.wall_ms / max(ev.wall_ms - stall, ev.sm_ms, 1e-9)
     return [row("gpu_starvation", "The GPU waits for host work nothing traced (a host-side stall)", text,
                 "overlap_stages", b, "bound", "only the untraced host time in the gaps is saved (it overlaps the "
-                "kernels instead); the kernels keep their measured times")]
+                "kernels instead); the kernels and the stages keep their measured times")]
 
 
 def low_utilization(ev: Evidence) -> list[dict]:

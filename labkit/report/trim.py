@@ -46,6 +46,7 @@ def trim_export(src, dst, start_ns: int, end_ns: int) -> Path:
             keep = (f" AND eventType NOT IN ({', '.join(str(int(k)) for k in keep_types)})"
                     if keep_types and "eventType" in cols else "")
             con.execute(f'DELETE FROM "{t}" WHERE (start < ? OR start >= ?){keep}', (int(start_ns), int(end_ns)))
+        _drop_orphans(con, tables)
         con.commit()
         con.execute("VACUUM")
     except sqlite3.DatabaseError as e:
@@ -55,3 +56,20 @@ def trim_export(src, dst, start_ns: int, end_ns: int) -> Path:
     con.close()
     tmp.replace(dst)
     return dst
+
+
+def _drop_orphans(con: sqlite3.Connection, tables: list[str]) -> None:
+    """Rows without a time of their own that only kept events point to: the call stacks
+    (``*_CALLCHAINS``, by ``id``) of the calls kept (their ``callchainId``) and the CUDA event rows
+    (``CUPTI_ACTIVITY_KIND_CUDA_EVENT``, by ``correlationId``) of the CUDA calls kept. A trimmed
+    export of a run traced with OS runtime backtraces was otherwise mostly the whole run's stacks."""
+    cols = {t: {r[1] for r in con.execute(f'PRAGMA table_info("{t}")')} for t in tables}
+    users = [t for t in tables if "callchainId" in cols[t] and "start" in cols[t]]
+    for t in tables:
+        if t.endswith("_CALLCHAINS") and "id" in cols[t] and users:
+            used = " UNION ".join(f'SELECT callchainId FROM "{u}" WHERE callchainId IS NOT NULL' for u in users)
+            con.execute(f'DELETE FROM "{t}" WHERE id NOT IN ({used})')
+    ev, api = "CUPTI_ACTIVITY_KIND_CUDA_EVENT", "CUPTI_ACTIVITY_KIND_RUNTIME"
+    if ev in cols and api in cols and "correlationId" in cols[ev] and "correlationId" in cols[api]:
+        con.execute(f'DELETE FROM "{ev}" WHERE correlationId NOT IN (SELECT correlationId FROM "{api}")')
+

@@ -183,21 +183,23 @@ def gpu_idle_gaps(rep, *, min_gap_ms: float = 1.0, device_id: int | None = None,
 
 
 def gpu_idle_breakdown(rep, *, min_gap_ms: float = 0.0, device_id: int | None = None, window=None,
-                       within=None) -> pd.DataFrame:
+                       within=None, ranges: pd.DataFrame | None = None) -> pd.DataFrame:
     """What the host did while no kernel ran, gap by gap (HTA's idle-time breakdown, by CUDA API).
 
     A gap is a stretch between kernels (or graphs) of at least ``min_gap_ms``, inside ``window``
     (default: first to last GPU operation; ``within``: an NVTX range's span, its work only). Its time is split, in this order of precedence, into:
     ``copy_ns`` (a copy ran on the GPU or a thread was in a memcpy/memset call), ``sync_ns`` (a
     thread was in a synchronizing call, :data:`SYNC_CALLS`), ``cuda_ns`` (in another CUDA call:
-    launches, allocations) and ``untraced_ns`` (nothing traced: a host-side stall such as
-    compilation, Python or I/O). The four add up to ``duration_ns``.
+    launches, allocations), ``ranges_ns`` (in none of those, but inside one of ``ranges``, a frame of
+    host ranges with start_ns and end_ns, such as the stages' NVTX ranges: annotated host work; 0
+    where ``ranges`` is not given) and ``untraced_ns`` (nothing traced: a host-side stall such as
+    compilation, Python or I/O). The five add up to ``duration_ns``.
 
-    Returns: start_ns, end_ns, duration_ns, copy_ns, sync_ns, cuda_ns, untraced_ns, cause (the
+    Returns: start_ns, end_ns, duration_ns, copy_ns, sync_ns, cuda_ns, ranges_ns, untraced_ns, cause (the
     largest part's name), longest gap first. ``attrs["totals_ms"]``: each part over all gaps;
     ``attrs["sm_busy_ms"]``, ``attrs["window"]``.
     """
-    cols = ["start_ns", "end_ns", "duration_ns", "copy_ns", "sync_ns", "cuda_ns", "untraced_ns", "cause"]
+    cols = ["start_ns", "end_ns", "duration_ns", "copy_ns", "sync_ns", "cuda_ns", "ranges_ns", "untraced_ns", "cause"]
     rep, window = _covered(rep, window, within)
     ms, me = engine_busy(rep, "sm", device_id)
     ops = engine_ops(rep, "all", device_id)
@@ -206,7 +208,7 @@ def gpu_idle_breakdown(rep, *, min_gap_ms: float = 0.0, device_id: int | None = 
         window = (int(ops["start_ns"].min()), int(ops["end_ns"].max())) if len(ops) else (0, 0)
     w0, w1 = int(window[0]), int(window[1])
     out.attrs.update(window=(w0, w1), sm_busy_ms=busy_in(ms, me, w0, w1) / 1e6 if len(ms) else 0.0,
-                     totals_ms={k: 0.0 for k in ("copy", "sync", "cuda", "untraced")})
+                     totals_ms={k: 0.0 for k in ("copy", "sync", "cuda", "ranges", "untraced")})
     if w1 <= w0:
         return out
     # gaps: the complement of the SM busy intervals inside the window
@@ -227,15 +229,17 @@ def gpu_idle_breakdown(rep, *, min_gap_ms: float = 0.0, device_id: int | None = 
     ]
     layers.append((np.concatenate([layers[0][0], sc["start_ns"]]), np.concatenate([layers[0][1], sc["end_ns"]])))
     layers.append((np.concatenate([layers[1][0], api["start_ns"]]), np.concatenate([layers[1][1], api["end_ns"]])))
+    hr = ranges if ranges is not None and len(ranges) else pd.DataFrame({"start_ns": [], "end_ns": []})
+    layers.append((np.concatenate([layers[2][0], hr["start_ns"]]), np.concatenate([layers[2][1], hr["end_ns"]])))
     cover = []
     for s, e in layers:
         us, ue = busy_intervals(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64))
         cover.append(busy_before(us, ue, ge) - busy_before(us, ue, gs))
     dur = ge - gs
     parts = {"copy_ns": cover[0], "sync_ns": cover[1] - cover[0], "cuda_ns": cover[2] - cover[1],
-             "untraced_ns": dur - cover[2]}
+             "ranges_ns": cover[3] - cover[2], "untraced_ns": dur - cover[3]}
     res = pd.DataFrame({"start_ns": gs, "end_ns": ge, "duration_ns": dur, **parts})
-    names = np.array(["copy", "sync", "cuda", "untraced"])
+    names = np.array(["copy", "sync", "cuda", "ranges", "untraced"])
     res["cause"] = names[np.argmax(np.stack([parts[f"{n}_ns"] for n in names]), axis=0)] if len(res) else []
     res = res.sort_values("duration_ns", ascending=False, ignore_index=True)[cols]
     res.attrs.update(out.attrs)

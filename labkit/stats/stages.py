@@ -224,13 +224,20 @@ def _stage_rows(rep, names, warmup: int) -> pd.DataFrame:
 
 
 def trace_span(rep) -> tuple[int, int]:
-    """First start to last end over NVTX ranges, CUDA calls, OS runtime calls and GPU operations."""
+    """First start to last end over NVTX ranges, CUDA calls, OS runtime calls and GPU operations;
+    inside the window of a restricted report (``labkit.report.window.restrict``), whose events may
+    end past it (a call blocked in ``poll`` until the end of the run would stretch it)."""
     lo, hi = [], []
     for f in (rep.nvtx, rep.cuda_api, rep.osrt, rep.gpu_ops()):
         if len(f):
             lo.append(int(f["start_ns"].min()))
             hi.append(int(f["end_ns"].max()))
-    return (min(lo), max(hi)) if lo else (0, 0)
+    if not lo:
+        return (0, 0)
+    span = rep.meta.get("window") if isinstance(getattr(rep, "meta", None), dict) else None
+    if span:
+        return (max(min(lo), int(span[0][0])), max(min(max(hi), int(span[-1][1])), max(min(lo), int(span[0][0]))))
+    return (min(lo), max(hi))
 
 
 @windowed
