@@ -41,6 +41,34 @@ def test_profile_command_has_safe_defaults():
     assert argv[-2:] == ["python", "a.py"]
     argv = profile_command(["app"], output=Path("x"), capture_range="cudaProfilerApi", nsys="nsys")
     assert "--capture-range=cudaProfilerApi" in argv
+    # no OS runtime call stacks unless asked for (nsys_args, or osrt_stacks where nsys lacks the option)
+    assert "--osrt-backtrace-threshold=1000000000000" in argv
+    assert not [a for a in profile_command(["a"], output=Path("x"), nsys_args=["--osrt-backtrace-threshold=1000"])
+                if a.endswith("=1000000000000")]
+    assert not [a for a in profile_command(["a"], output=Path("x"), trace=("cuda", "nvtx")) if "backtrace" in a]
+
+
+@pytest.mark.nsys
+def test_a_profile_takes_no_os_runtime_call_stacks(tmp_path):
+    """The program's OS runtime calls are traced (its sleeps, its reads), their call stacks are not."""
+    import sqlite3
+
+    if NSYS is None:
+        pytest.skip("nsys not found (scripts/install-nsys or LABKIT_NSYS)")
+    def stacks(rep) -> int:
+        con = sqlite3.connect(Path(rep.path).with_suffix(".sqlite"))
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            return con.execute("SELECT count(*) FROM OSRT_CALLCHAINS").fetchone()[0] if "OSRT_CALLCHAINS" in tables else 0
+        finally:
+            con.close()
+
+    rep = profile([sys.executable, str(PROGRAM)], name="osrt", outdir=tmp_path, trace=("nvtx", "osrt"))
+    assert len(rep.osrt) > 0 and stacks(rep) == 0
+    # nsys's own default, asked for: the same program's calls over 80 us come with their stacks
+    asked = profile([sys.executable, str(PROGRAM)], name="stacks", outdir=tmp_path, trace=("nvtx", "osrt"),
+                    nsys_args=["--osrt-backtrace-threshold=80000"])
+    assert stacks(asked) > 0
 
 
 @pytest.mark.nsys

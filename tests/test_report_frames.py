@@ -285,3 +285,21 @@ def test_queries_read_at_once_fall_back_to_one_connection(tmp_path, monkeypatch)
     with pytest.raises(ReportError, match=r"reading NVTX_EVENTS failed .*no such column") as err:
         _Db(path).at_once(["SELECT count(*) FROM NVTX_EVENTS", "SELECT nosuch FROM NVTX_EVENTS"], "NVTX_EVENTS")
     assert "\n" not in str(err.value)
+
+
+def test_queries_read_at_once_run_one_after_the_other_where_no_thread_starts(monkeypatch):
+    """A process at its thread limit (a container's pids.max): Python cannot start the threads of a
+    read at once (RuntimeError), and the queries run on the report's own connection instead."""
+    from labkit.report import reader
+    from labkit.report.reader import _Db
+
+    class NoThreads:
+        def __init__(self, *a, **k):
+            raise RuntimeError("can't start new thread")
+
+    path = FIX / "real" / "Sh1mwww_2024.6_llama3_real_inference_simulation.sqlite"
+    sqls = ["SELECT count(*) FROM NVTX_EVENTS", "SELECT min(start), max(end) FROM NVTX_EVENTS"]
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    want = [_Db(path).scalar_rows(q, "NVTX_EVENTS") for q in sqls]
+    monkeypatch.setattr(reader, "ThreadPoolExecutor", NoThreads)
+    assert _Db(path).at_once(sqls, "NVTX_EVENTS") == want and want[0][0][0] > 0

@@ -184,7 +184,7 @@ class _Db:
         try:
             with ThreadPoolExecutor(len(sqls)) as pool:
                 return list(pool.map(one, sqls))
-        except (sqlite3.DatabaseError, UnicodeDecodeError):
+        except (sqlite3.DatabaseError, UnicodeDecodeError, RuntimeError):  # RuntimeError: no thread could start
             return [self.scalar_rows(q, table) for q in sqls]
 
     def in_parts(self, select: str, table: str, cond: str = "1") -> list[tuple]:
