@@ -29,6 +29,7 @@ OPTIONS_OF = MappingProxyType({
     # the finding is the bound of that stage costing nothing, which none of them can pass
     "cheaper_stage": ("channels_last", "compile", "backend", "precision"),
     "release_lock": (),  # no flag: the stage threads' own code (the detector releases the GIL already)
+    "in_flight": (),  # no flag: the application starts no worker per frame
 })
 """lever id -> the ``detect_video.py`` options (snake case) that pull it."""
 

@@ -160,3 +160,23 @@ def test_a_thread_busy_under_half_the_window_is_not_called_the_bound(tmp_path):
     b = labkit.bottleneck(rep)
     assert b.thread_busy_frac < 0.5, b
     assert "bound throughput" not in str(b) and "No thread or engine was busy most" in str(b), str(b)
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_a_process_per_item_is_a_chain_and_the_tracings_markers_are_no_thread(tmp_path):
+    """child_per_item (a child process per item, waited for): nsys marks the start and end of its OS
+    runtime tracing in each child on the child's thread 0, which runs nothing; read as a thread, each
+    was busy for the child's whole life, a rival 'limiting thread'. They are not threads of the model,
+    and no finding is about a thread that lives for one item: the chain is."""
+    from labkit.judge.evidence import Evidence
+    from labkit.report.window import restrict
+
+    rep = ka.profile("child_per_item", tmp_path)
+    o = rep.osrt
+    markers = o[o["event_class"] != 27]
+    assert markers["pid"].nunique() > 4 and (markers["tid"] == 0).all()
+    a = labkit.advise(rep)
+    assert list(a["rule"]) == ["chain"] and a["lever"].iloc[0] == "in_flight"
+    ev = Evidence(restrict(rep, window=a.attrs["window"]), a.attrs["stages"], "", 0, None)
+    assert not [g for g in ev.model.threads["tid"] if int(g) & 0xFFFFFF == 0]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from labkit.report.cpu import osrt_calls
 from labkit.stats.blocked import blocked_intervals, is_wait
 from labkit.stats.idle import busy_in, busy_intervals, engine_busy
 from labkit.stats.stages import domains, trace_span
@@ -181,7 +182,7 @@ def account(rep, *, window: tuple[int, int] | None = None, steady: bool = True) 
             crossed = (work["kind"] != "push_pop") & egt.notna() & (egt >= 0) & (egt != work["global_tid"])
             work = work[~crossed]
     api = rep.cuda_api
-    events = [f[["global_tid", "start_ns", "end_ns"]] for f in (nv, api, rep.osrt) if len(f)]
+    events = [f[["global_tid", "start_ns", "end_ns"]] for f in (nv, api, osrt_calls(rep.osrt)) if len(f)]
     allev = pd.concat(events, ignore_index=True) if events else pd.DataFrame(columns=["global_tid", "start_ns",
                                                                                        "end_ns"])
     allev = allev[(allev["end_ns"] > w0) & (allev["start_ns"] < w1)]

@@ -38,6 +38,8 @@ LEVERS = {
     "cheaper_stage": "make the stage itself cheaper (a faster algorithm, library or device)",
     "release_lock": "let the threads run at once: processes for pure-Python work (Python's GIL), code that "
                     "releases the GIL (NumPy, C), or a lock of your own held for less",
+    "in_flight": "run several items at once (a pool of threads or processes, asynchronous calls) instead of "
+                 "starting one worker per item and waiting for it",
 }
 """Lever id -> what the lever does, in general words (the contract with a program's own mapping)."""
 
@@ -52,6 +54,9 @@ IDLE_GAP_MS = 1.0  # gaps shorter than this are launch latency, not starvation
 TINY_KERNEL_US = 20.0  # a launch call alone took 11 us on the H100 fixture: shorter kernels idle the GPU
 MANY_KERNELS_PER_BATCH = 20  # with fewer launches per batch their cost is small against a stage
 MANY_KERNELS = 1000  # without batches: this many tiny kernels make launch cost worth a look
+CHAIN_THREADS = 4
+"""A chain of hand-offs: at least this many short-lived threads (each alive under half the window: a
+thread or process per item) on the critical path, holding most of it."""
 UNDERFILL = 0.9  # fill under 90 %: more than the last partial batch of a short clip
 DECODE_BOUND = 0.8  # at 80 % of the input-only rate the other stages have 1.25x left at most
 SKIP_EVERY = 3  # the K of the skip-work lever's estimate (1 item in K)

@@ -14,7 +14,8 @@ import pandas as pd
 
 from labkit.stats import stages
 from labkit.judge.whatif import IN_FLIGHT
-from labkit.judge.evidence import DOMINANT_SHARE, MIN_GAIN, ONE_AT_A_TIME, TURNS_SHARE, UNDERFILL, Evidence, row
+from labkit.judge.evidence import CHAIN_THREADS, DOMINANT_SHARE, MIN_GAIN, ONE_AT_A_TIME, TURNS_SHARE, UNDERFILL, \
+    Evidence, row
 from labkit.judge.gpu_rules import (gpu_bound, launch_bound, low_utilization, pageable, starvation, sync_apis,
                                     sync_copies)
 
@@ -54,6 +55,9 @@ def _limiting(ev: Evidence):
     m = ev.model
     lim = m.limiter
     if lim is None or lim["own_ms"] <= 0:
+        return None
+    span = (m.window[1] - m.window[0]) / 1e6
+    if m.lifetime_ms(int(lim["tid"])) < 0.5 * span:  # a worker for one item (see chain): it limits nothing
         return None
     own = m.independent_ms()  # a worker pool's time inside stages is theirs, not a rival limit
     others = own[own.index != lim["tid"]]
@@ -150,6 +154,49 @@ def taking_turns(ev: Evidence) -> list[dict]:
                      m.speedup(gone, stages=[stage]), "bound", f"'{stage}' costs nothing; {BOUND_MODEL}", stage),
                  touch_ms=on_path, helpers_ms={**gone, **{h: gone.get(h, 0.0) + ms for h, ms in
                                                           m.helped(gone, [stage]).items()}})]
+
+
+def chain(ev: Evidence) -> list[dict]:
+    """The items pass one at a time through short-lived workers (a thread or process started per item
+    and waited for): the critical path hops from one to the next, so no thread is busy for long, and
+    the run is their chain. With several items in flight each worker keeps its own time and they
+    share the cores."""
+    m = ev.model
+    span = (m.window[1] - m.window[0]) / 1e6
+    path = m.critical()
+    if path is None or span <= 0:
+        return []
+    work = path[~path["waiting"] & (path["tid"] >= 0)]
+    on = ((work["end_ns"] - work["start_ns"]) / 1e6).groupby(work["tid"]).sum()
+    short = [int(g) for g in on.index if 0 < m.lifetime_ms(int(g)) < 0.5 * span]
+    held = float(on.loc[short].sum()) if short else 0.0
+    if len(short) < CHAIN_THREADS or held < DOMINANT_SHARE * span:
+        return []
+    cores = int(m.cores or 1)
+    # the path's waits where no traced thread worked: a worker's start before its first traced event
+    # (a process's exec, its interpreter), work that shares the cores too once items overlap
+    untraced = float(((path["end_ns"] - path["start_ns"]) / 1e6)[path["waiting"]].sum())
+    th = m.threads
+    work_ms = float(th["own_ms"].sum()) + untraced
+    cpu_ms = work_ms - float(th["latency_ms"].sum())  # sleeps and reads overlap without a core
+    after = max(cpu_ms / cores, work_ms / IN_FLIGHT, float(th["own_ms"].max()), m.floor_ms)
+    p = span / after if after > 0 else float(IN_FLIGHT)
+    if p < MIN_GAIN:
+        return []
+    procs = len({g >> 24 for g in short})
+    life = sorted(m.lifetime_ms(g) for g in short)[len(short) // 2]
+    text = (f"the critical path passes through {len(short)} short-lived threads"
+            + (f" in {procs} processes" if procs > 1 else "") + f", one after another: {held:.0f} ms of the "
+            f"{span:.0f} ms window (each lives {life:.0f} ms, the median); a worker started for each item and waited "
+            f"for, so the items run one at a time; their work, {work_ms:.0f} ms (the threads' own time and "
+            f"{untraced:.0f} ms of the path where no traced thread worked; {cpu_ms:.0f} ms of it not blocked in "
+            f"sleeps or reads), shares {cores} core(s) when several are in flight")
+    return [dict(row("chain", "The items run one at a time, each in a worker of its own", text, "in_flight", p,
+                     "estimate", f"up to {IN_FLIGHT} items in flight instead of one: each thread keeps its own time, "
+                     f"the path's time where no traced thread worked (a worker's start before its first traced event) "
+                     f"is work too, all of it but the sleeps and reads sharing the profiled machine's {cores} core(s), "
+                     f"and nothing else waits in turn; {MODEL}"),
+                 touch_ms=held)]
 
 
 def one_at_a_time(ev: Evidence) -> list[dict]:
@@ -416,6 +463,6 @@ def underfilled(ev: Evidence) -> list[dict]:
     return out
 
 
-RULES = (serial, latency, dominant, taking_turns, one_at_a_time, per_call, fitted_batch, underfilled, sync_apis,
+RULES = (serial, latency, dominant, taking_turns, one_at_a_time, chain, per_call, fitted_batch, underfilled, sync_apis,
          sync_copies, pageable, starvation, low_utilization, launch_bound, gpu_bound)
 """Every rule but ``removable`` (which needs the caller's list): a function of the evidence."""

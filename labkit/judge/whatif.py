@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.judge.accounting import thread_names
+from labkit.report.cpu import osrt_calls
 from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait, overlap_ns
 from labkit.stats.idle import busy_intervals
 from labkit.stats.stages import stage_labels
@@ -67,7 +68,8 @@ class WhatIf:
         self.floor_ms = max(sm_ms, copy_ms)
         peer = blocked_intervals(rep, kind="peer")
         lat = blocked_intervals(rep, kind="latency")
-        frames = [f[["global_tid", "start_ns", "end_ns"]] for f in (rep.nvtx, rep.cuda_api, rep.osrt) if len(f)]
+        frames = [f[["global_tid", "start_ns", "end_ns"]] for f in (rep.nvtx, rep.cuda_api, osrt_calls(rep.osrt))
+                  if len(f)]
         ev = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["global_tid", "start_ns",
                                                                                     "end_ns"])
         ev = ev[(ev["end_ns"] > w0) & (ev["start_ns"] < w1)]
@@ -243,6 +245,11 @@ class WhatIf:
             on_path = sum(ms * self.on_path_share(tid, stages) for tid, ms in [*removed.items(), *helped.items()])
             now, after = max(now, span), max(after, span - on_path)
         return now / after if after > 0 else float("inf")
+
+    def lifetime_ms(self, tid: int) -> float:
+        """How long thread ``tid`` has events inside the window (first to last), ms; 0 if none."""
+        x = self._extent.get(int(tid))
+        return (x[1] - x[0]) / 1e6 if x else 0.0
 
     def without_turns(self) -> float:
         """Length now over the length if the threads no longer waited on each other: each keeps its

@@ -39,6 +39,15 @@ def profiled_pids(db: _Db) -> set[int]:
     return out or pids("OSRT_API", "globalTid")
 
 
+def osrt_calls(osrt: pd.DataFrame) -> pd.DataFrame:
+    """The calls of an OS runtime frame (event class 27): nsys's markers of the tracing's start and
+    end in each process (classes 31 and 32, on its thread 0, which runs nothing) left out. Read as a
+    thread, a child process's markers were a thread busy for the child's whole life."""
+    if len(osrt) and "event_class" in osrt and (osrt["event_class"] >= 0).any():
+        return osrt[osrt["event_class"] == 27]
+    return osrt
+
+
 def read_osrt(db: _Db, strings: np.ndarray) -> pd.DataFrame:
     """OS runtime calls (``-t osrt``): name, thread, times, return value, event class (27: a call)."""
     t = "OSRT_API"

@@ -18,6 +18,7 @@ import pandas as pd
 from labkit.stats.idle import busy_intervals, gpu_idle_breakdown, gpu_idle_gaps, gpu_utilization
 from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait
 from labkit.stats.summaries import gpu_projection
+from labkit.report.cpu import osrt_calls
 from labkit.report.window import windowed
 
 __all__ = ["steady_window", "stage_overlap", "stage_table", "batches", "gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown", "choose_stages", "busy_intervals", "ITEMS_MARK"]
@@ -228,7 +229,7 @@ def trace_span(rep) -> tuple[int, int]:
     inside the window of a restricted report (``labkit.report.window.restrict``), whose events may
     end past it (a call blocked in ``poll`` until the end of the run would stretch it)."""
     lo, hi = [], []
-    for f in (rep.nvtx, rep.cuda_api, rep.osrt, rep.gpu_ops()):
+    for f in (rep.nvtx, rep.cuda_api, osrt_calls(rep.osrt), rep.gpu_ops()):
         if len(f):
             lo.append(int(f["start_ns"].min()))
             hi.append(int(f["end_ns"].max()))
