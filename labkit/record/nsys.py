@@ -35,10 +35,12 @@ PROFILE_SPACE = 64 << 20
 folder (an estimate: a short run's .nsys-rep, its .sqlite and nsys's .qdstrm are a few MB each)."""
 
 TRACE = ("cuda", "nvtx", "osrt")
-NO_STACKS_NS = 10**12
-"""An OS runtime call must last this long (over 16 minutes) before nsys takes its call stack: none is."""
 """What labkit traces by default, as ``nsys profile``'s own default does: CUDA, NVTX and OS runtime
 calls (sleeps, waits, locks and blocking reads are blocked time, not work: labkit.stats.blocked)."""
+NO_STACKS_NS = 2**31 - 1
+"""An OS runtime call must last this long (2.1 s) before nsys takes its call stack. It is the largest
+value nsys takes: 2025.3.1 refuses 2**32 - 1 and 10**12 ("Illegal --osrt-backtrace-threshold
+argument", H200 device, 2026-11-28); 2022.4 takes it too."""
 
 
 class ProgramFailedError(NsysError):
