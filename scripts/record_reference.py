@@ -2,7 +2,7 @@
 """Record the lab's reference in budgeted calls, by a plan: run by step, resume from a tarball, return the state.
 
     python scripts/record_reference.py plan [--json] [--model h100|cpu] [--mode record] [--steps a,b,...]
-    python scripts/record_reference.py prepare [--state-dir .record]
+    python scripts/record_reference.py prepare [--state-dir .record] [--resume reports/reference/MACHINE]
     python scripts/record_reference.py run --out $OUT [--model h100] [--budget S] [--mode record]
         [--machine NAME] [--steps a,b,...] [--state-dir .record] [--work DIR]
     python scripts/record_reference.py fetch FOLDER [--state-dir .record] [--dest reports/reference]
@@ -11,7 +11,10 @@
 (``labbook.record_plan``): each call's steps and modelled minutes, the total, the frames of each step.
 
 ``prepare`` (here, in the git checkout): writes ``STATE_DIR/commit.json`` (the commit and whether
-the tree is dirty), which travels with the state folder to a machine that has no ``.git``.
+the tree is dirty), which travels with the state folder to a machine that has no ``.git``. With
+``--resume FOLDER`` it also puts the state of a recording committed in ``FOLDER`` into ``STATE_DIR``
+(its ``record-state.tgz``, else one rebuilt from its ledger and provenance): the state folder is
+git-ignored and does not outlive a session's machine, the committed folder does.
 
 ``run`` (on the machine that records): restores its state from ``STATE_DIR/state.tgz`` and
 ``STATE_DIR/keep.tgz`` when its work folder is new, makes the clip when the machine has none,
@@ -33,13 +36,15 @@ call is killed); at the end of the call, once:
 
 ``fetch`` (here, after each call): copies ``state.tgz`` into the state folder and ``keep.tgz`` beside
 it (``.record-kept/``: the machine needs no kept report back), unpacks ``reference.tgz`` into
-``reports/reference/``, and makes the next call's carry fit 64 MiB (the state's caches left out
-first), or says in one line why it cannot.
+``reports/reference/``, puts the state without its caches beside it (``<machine>/record-state.tgz``,
+a few KB, committed with the folder: what a later session resumes from), and makes the next call's
+carry fit 64 MiB (the state's caches left out first), or says in one line why it cannot.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import json
 import os
 import shutil
@@ -344,8 +349,50 @@ def show_plan(args) -> int:
     return 0
 
 
+STATE_IN_FOLDER = "record-state.tgz"
+"""The recording's state (caches left out) in its committed reference folder."""
+
+
+def state_from_folder(folder: Path, state: Path) -> str:
+    """Write ``state`` (a state.tgz) from the committed reference folder ``folder``: its
+    ``record-state.tgz``, else progress rebuilt from ``provenance.json`` (the steps done, their
+    seconds, the calls, the GPU) with ``ledger.jsonl`` (no results: each remaining step scores its
+    own). Returns how; raises SystemExit in one line when the folder holds no recording."""
+    if (folder / STATE_IN_FOLDER).is_file():
+        shutil.copy2(folder / STATE_IN_FOLDER, state)
+        return f"from {folder / STATE_IN_FOLDER}"
+    try:
+        prov = json.loads((folder / "provenance.json").read_text())
+        done = list(prov["steps_done"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"record_reference: {folder} holds no recording to resume ({type(exc).__name__} reading "
+                         "its provenance.json): name a folder that scripts/record_reference.py fetch wrote") from None
+    if not (folder / "ledger.jsonl").is_file():
+        raise SystemExit(f"record_reference: {folder} has no ledger.jsonl: name a folder that fetch wrote")
+    progress = {"done": done, "attempts": {s: 1 for s in done}, "seconds": prov.get("step_seconds", {}),
+                "modelled": prov.get("step_modelled_seconds", {}), "calls": int(prov.get("calls", 0)),
+                "call_minutes": prov.get("call_minutes", []),
+                "gpu": str(prov.get("gpu", "cpu")).split(" (")[0]}  # nvidia-smi's name, before any notes
+    tmp = state.with_name(state.name + ".tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        data = (json.dumps(progress, indent=1) + "\n").encode()
+        info = tarfile.TarInfo("progress.json")
+        info.size, info.mtime = len(data), int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+        tar.add(folder / "ledger.jsonl", arcname="reports/ledger.jsonl")
+    os.replace(tmp, state)
+    return f"rebuilt from {folder}'s provenance.json and ledger.jsonl ({len(done)} steps done, no results)"
+
+
 def prepare(args) -> int:
     args.state_dir.mkdir(parents=True, exist_ok=True)
+    if args.resume is not None:
+        state = args.state_dir / "state.tgz"
+        if state.exists():  # never replace a state this checkout already holds
+            print(f"record_reference: {state} already holds a recording's state: go on with it, or move it away "
+                  f"to resume from {args.resume}", file=sys.stderr)
+            return 1
+        print(f"record_reference: {state}: {state_from_folder(args.resume, state)}")
     (args.state_dir / "commit.json").unlink(missing_ok=True)
     info = commit_info(args.state_dir)
     _save_json(args.state_dir / "commit.json", info)
@@ -368,14 +415,16 @@ def _tree_bytes() -> int:
     return sum(p.stat().st_size for p in paths if p.is_file())
 
 
-def _without_caches(state: Path) -> None:
-    """Rewrite ``state.tgz`` without its model and compile caches (made again on the machine)."""
-    tmp = state.with_name("state.tgz.tmp")
+def _without_caches(state: Path, target: Path | None = None) -> None:
+    """Write ``target`` (default: ``state`` itself) as ``state`` without its model and compile
+    caches (made again on the machine), atomically."""
+    target = target or state
+    tmp = target.with_name(target.name + ".tmp")
     with tarfile.open(state) as src, tarfile.open(tmp, "w:gz") as dst:
         for m in src.getmembers():
             if m.name != "cache" and not m.name.startswith("cache/"):
                 dst.addfile(m, src.extractfile(m) if m.isfile() else None)
-    os.replace(tmp, state)
+    os.replace(tmp, target)
 
 
 def fit_carry(state_dir: Path, gpu_dir: Path) -> str:
@@ -414,6 +463,11 @@ def fetch(args) -> int:
             names = tar.getnames()
             tar.extractall(args.dest, filter="data")
         print(f"record_reference: unpacked {len(names)} files into {args.dest}")
+        machine = names[0].split("/")[0] if names else None
+        if machine:  # what a later session resumes from: the ignored state folder does not outlive this one
+            _without_caches(src / "state.tgz", args.dest / machine / STATE_IN_FOLDER)
+            print(f"record_reference: the state, for a later session, in {args.dest / machine / STATE_IN_FOLDER} "
+                  "(commit it with the folder)")
     print(f"record_reference: {fit_carry(args.state_dir, args.gpu_dir)}")
     if (src / "record.log").exists():
         print((src / "record.log").read_text().rstrip().splitlines()[-1])
@@ -425,7 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     state = argparse.ArgumentParser(add_help=False)
     state.add_argument("--state-dir", type=Path, default=ROOT / ".record", help="where state.tgz, keep.tgz, commit.json lie")
-    sub.add_parser("prepare", parents=[state], help="record the commit (in the checkout)")
+    pr = sub.add_parser("prepare", parents=[state], help="record the commit (in the checkout)")
+    pr.add_argument("--resume", type=Path, default=None, metavar="FOLDER",
+                    help="go on with the recording committed in FOLDER (reports/reference/MACHINE)")
     model = argparse.ArgumentParser(add_help=False)
     model.add_argument("--model", default="h100", choices=["h100", "cpu"], help="the timing model (default h100)")
     model.add_argument("--mode", default="record", choices=["small", "full", "record"])

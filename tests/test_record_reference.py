@@ -58,8 +58,18 @@ def test_two_budgeted_calls_resume_and_complete_the_reference(tmp_path):
     assert (state / "state.tgz").exists() and not (state / "keep.tgz").exists()
     assert (tmp_path / "state-kept" / "keep-1.tgz").exists() and "next call carries" in fetched.stdout
     assert (here / "cpu-rehearsal" / "provenance.json").exists()
+    # the state beside the folder, caches left out: what a later session resumes from once the ignored
+    # state folder is gone with its machine
+    with tarfile.open(here / "cpu-rehearsal" / "record-state.tgz") as tar:
+        assert "progress.json" in tar.getnames() and not [n for n in tar.getnames() if n.startswith("cache")]
+    later = tmp_path / "later"
+    resumed = driver("prepare", "--state-dir", later, "--resume", here / "cpu-rehearsal")
+    assert resumed.returncode == 0 and "record-state.tgz" in resumed.stdout, resumed.stderr
+    again = driver("prepare", "--state-dir", later, "--resume", here / "cpu-rehearsal")
+    assert again.returncode == 1 and "already holds" in again.stderr  # nothing replaced
+    common[common.index("--state-dir") + 1] = later
 
-    # Call 2, on a "fresh machine" (a new work folder): resumes, never reruns the baseline.
+    # Call 2, on a "fresh machine" (a new work folder), in a later session: resumes, never reruns the baseline.
     second = driver("run", "--budget", 600, "--out", tmp_path / "out2", "--work", tmp_path / "work2", *common)
     assert second.returncode == 0, second.stderr
     log2 = (tmp_path / "out2" / "record.log").read_text()
@@ -70,7 +80,7 @@ def test_two_budgeted_calls_resume_and_complete_the_reference(tmp_path):
         line = next(x for x in log.splitlines() if "min, measured" in x)
         modelled, measured = (float(line.split(k)[1].split()[0]) for k in ("modelled ", "measured "))
         assert modelled > 0 and measured > 0, line
-    assert driver("fetch", tmp_path / "out2", "--state-dir", state, "--dest", here,
+    assert driver("fetch", tmp_path / "out2", "--state-dir", later, "--dest", here,
                   "--gpu-dir", tmp_path / "gpu").returncode == 0
     rows = _ledger(tmp_path / "out2", tmp_path / "ref", "cpu-rehearsal")
     # the machine's decode-only ceiling first (labbook.runs.decode_ceiling, once per machine and mode)
@@ -176,3 +186,27 @@ def test_fetch_fits_the_next_calls_carry_caches_first(tmp_path):
     (gpu / "more.bin").write_bytes(b"\0" * 2**20)
     with pytest.raises(SystemExit, match="over the device tool's 64 MiB: carry fewer wheels"):
         rr.fit_carry(state, gpu)
+
+
+def test_a_later_session_resumes_the_committed_h200_recording(tmp_path):
+    """The H200 recording's ignored state was lost with its session: prepare --resume rebuilds it from
+    the committed folder (its provenance and ledger), and the state keeps the GPU it was recorded on."""
+    folder = ROOT / "reports" / "reference" / "h200"
+    prov = json.loads((folder / "provenance.json").read_text())
+    state = tmp_path / "state"
+    res = driver("prepare", "--state-dir", state, "--resume", folder)
+    assert res.returncode == 0 and "rebuilt from" in res.stdout, res.stderr
+    work = tmp_path / "work"
+    with tarfile.open(state / "state.tgz") as tar:
+        tar.extractall(work, filter="data")
+    progress = json.loads((work / "progress.json").read_text())
+    assert progress["done"] == prov["steps_done"] and progress["calls"] == prov["calls"] == 1
+    assert progress["gpu"] == "NVIDIA H200" and progress["seconds"]["baseline"] == prov["step_seconds"]["baseline"]
+    rows = [r["step"] for r in Ledger(work / "reports" / "ledger.jsonl").rows()]
+    assert rows == [r["step"] for r in Ledger(folder / "ledger.jsonl").rows()]
+    # on this machine (no GPU) the call stops in one line: the folder holds the H200's figures
+    res = driver("run", "--budget", 600, "--out", tmp_path / "out", "--work", tmp_path / "fresh", "--mode", "small",
+                 "--model", "cpu", "--steps", "ort_int8", "--state-dir", state)
+    assert res.returncode != 0 and res.stderr.strip().count("\n") == 0 and "recorded on NVIDIA H200" in res.stderr
+    bad = driver("prepare", "--state-dir", tmp_path / "s2", "--resume", tmp_path)
+    assert bad.returncode != 0 and bad.stderr.strip().count("\n") == 0 and "holds no recording" in bad.stderr

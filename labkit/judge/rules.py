@@ -91,7 +91,9 @@ def serial(ev: Evidence) -> list[dict]:
             f"'{keep['stage']}', is {keep['own_ms']:.0f} ms, so with each of the others on its own thread that thread "
             f"takes {t['own_ms'] - moved['own_ms'].sum():.0f} ms")
     return [dict(row("serial_stages", "The stages run one after another on one thread", text, "overlap_stages", p,
-                     "estimate", f"each stage keeps its time on its own thread, queues between them; {MODEL}", stage),
+                     "estimate", f"each stage keeps its time on its own thread, queues between them, and the threads "
+                     "work at once (a lock they share, as Python's GIL around pure-Python work, makes them take "
+                     f"turns and gain less: one_at_a_time finds it in the changed run's profile); {MODEL}", stage),
                  touch_ms=float(moved["own_ms"].sum()))]
 
 
