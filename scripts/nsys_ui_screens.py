@@ -11,7 +11,7 @@ saves what the browser shows:
   Shift+Z; xdotool on the virtual display) onto one batch in steady state, the pointer over its
   ``infer`` range so that the GUI's tooltip gives its duration.
 
-The drag positions are pixels of this report at 1600x900 in nsys-ui 2022.4 (about 12.33-12.46 s of
+The drag positions are pixels of this report at 1600x900 in nsys-ui 2022.4 (about 13.28-13.43 s of
 the run); for another report, look at the result and adjust ``ZOOMS``. Needs what `make nsys-ui`
 needs, plus chromium, chromium-driver and selenium.
 """
@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "reports" / "reference" / "gui" / "baseline.nsys-rep"
 GEOMETRY = (1600, 900)
 ZOOMS = ((700, 720), (899, 958))  # x from-to on the display, each followed by Shift+Z
-ROW_Y = 300  # an empty stretch of the timeline below the rows: a drag there selects a time range
-HOVER = (1083, 180)  # the zoomed batch's infer range, on the main thread's NVTX row
+ROW_Y = 443  # the stretch of the timeline below the last row: a drag there selects a time range
+HOVER = (1209, 209)  # the zoomed batch's second infer range, on the main thread's NVTX row
 
 
 def _viewport(driver, width: int, height: int) -> None:
