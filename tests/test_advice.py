@@ -256,4 +256,10 @@ def test_the_h200_baselines_gaps_are_its_stages_work_and_its_window_is_not_stret
     assert w1 == int(disp["end_ns"].max()) and (w1 - w0) / 1e6 < 160
     assert "gpu_starvation" not in set(a["rule"])
     overlap = a[a["lever"] == "overlap_stages"]
-    assert len(overlap) == 1 and overlap["basis"].iloc[0] == "estimate"  # (1.48x: see the README's H200 section)
+    assert len(overlap) == 1 and overlap["basis"].iloc[0] == "estimate"  # (2.24x: see the README's H200 section)
+    # the CUDA driver's event thread polls all along: waiting, not a thread whose time any change leaves
+    from labkit.judge.whatif import WhatIf
+
+    m = WhatIf(r, a.attrs["window"], a.attrs["stages"])
+    poll = m.threads.loc[m.threads["tid"].isin(m.helpers), "own_ms"]
+    assert poll.max() < 0.1 * (w1 - w0) / 1e6

@@ -27,7 +27,7 @@ STAGE_TIMES = ("stage times were measured under the run's own contention for cor
 # Stage findings read the what-if model (labkit.judge.whatif): each predicts the model's run length
 # before over after its change, so a change to a thread that does not limit the run predicts nothing.
 HELPERS = ("a thread without ranges of its own (a library's worker pool) works for the stage whose ranges it "
-           "overlaps, and its time there changes with that stage's")
+           "overlaps, and its time there changes with that stage's (its reads, polls and sleeps are waits for work)")
 """The what-if model's assumption about unannotated threads (labkit.judge.whatif.WhatIf.helpers)."""
 MODEL = ("every other thread and engine keeps its measured time, and the threads' CPU time shares the profiled "
          "machine's cores; " + HELPERS + "; " + STAGE_TIMES)
@@ -80,16 +80,28 @@ def serial(ev: Evidence) -> list[dict]:
     if lim is None:
         return []
     m, t, st = lim
-    if len(st) < 2:
-        return []
-    keep, moved = st.iloc[0], st.iloc[1:]
     tid = int(t["tid"])
+    # a stage holds the thread for its own time and for its waits on other threads or processes (a
+    # pool's map, a request to a worker): the one that holds it longest stays, the others move, and
+    # the moved work then runs while the kept stage waits
+    seq = m.stages_of(tid)
+    seq = seq.assign(holds_ms=seq["own_ms"] + seq["wait_ms"])
+    seq = seq[seq["holds_ms"] > 0].sort_values("holds_ms", ascending=False)
+    if len(seq) < 2:
+        return []
+    keep = seq.iloc[0]
+    moved = seq.iloc[1:]
+    moved = moved[moved["own_ms"] > 0]
+    if moved.empty:
+        return []
     p = m.speedup({tid: float(moved["own_ms"].sum())}, list(moved["own_ms"]))
     stage = str(moved.iloc[0]["stage"])
-    text = (f"{len(st)} stages ({', '.join(st['stage'].astype(str))}) run one after another on {t['thread']}, the "
-            f"thread with the most own time ({t['own_ms']:.0f} ms, waits on other threads left out); the largest, "
-            f"'{keep['stage']}', is {keep['own_ms']:.0f} ms, so with each of the others on its own thread that thread "
-            f"takes {t['own_ms'] - moved['own_ms'].sum():.0f} ms")
+    waits = (f" ({keep['own_ms']:.0f} ms of work and {keep['wait_ms']:.0f} ms waiting on other threads or "
+             "processes, in which the moved stages then run)" if keep["wait_ms"] > keep["own_ms"] else "")
+    text = (f"{len(seq)} stages ({', '.join(seq['stage'].astype(str))}) run one after another on {t['thread']}, the "
+            f"thread with the most own time ({t['own_ms']:.0f} ms, waits on other threads left out); the one that "
+            f"holds it longest, '{keep['stage']}', holds it {keep['holds_ms']:.0f} ms{waits}, so with each of the "
+            f"others on its own thread that thread works {t['own_ms'] - moved['own_ms'].sum():.0f} ms")
     return [dict(row("serial_stages", "The stages run one after another on one thread", text, "overlap_stages", p,
                      "estimate", f"each stage keeps its time on its own thread, queues between them, and the threads "
                      "work at once (a lock they share, as Python's GIL around pure-Python work, makes them take "

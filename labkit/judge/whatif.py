@@ -8,7 +8,10 @@ time and its *latency*: time blocked on the outside world (sleeps, reads, polls:
 :data:`labkit.stats.blocked.LATENCY_OSRT`), which stays on the thread unless a lever overlaps it.
 A stage's own time is the same over its ranges' self time (nested ranges apart). Without an OS
 runtime trace, waits outside ranges are invisible, so an annotated thread owns only the time of its
-ranges then.
+ranges then. A thread without ranges of its own, where others have them, waits for work in its
+reads, polls and sleeps (a pool's result handler on its pipe, a driver's event thread): they count
+as its peer waits, not its latency (counted as latency, a CUDA event thread's poll was the longest
+"own time" of the H200 baseline and capped every estimate at the window over it).
 
 In a steady, pipelined run the slowest resource sets the pace, so the model's run length is the
 largest own time of any thread, no shorter than the SMs' or the copy engines' busy time.
@@ -81,6 +84,17 @@ class WhatIf:
         work = nv[(nv["kind"] != "mark")] if len(nv) else nv
         if len(work):
             work = work[~work["name"].map(is_wait).astype(bool)]
+        annotated = set(work["global_tid"].astype("int64")) if len(work) else set()
+        if annotated:
+            # a thread without ranges of its own, blocked in a read, a poll or a sleep, waits for work
+            # to arrive (a pool's result handler reading its pipe, a driver's event thread polling),
+            # as in a peer wait: no time of its own there, and the critical path looks past it. Where
+            # no thread has ranges, those calls stay latency: they are then the program's own reads.
+            peer = dict(peer)
+            for g in ev["global_tid"].unique():
+                g = int(g)
+                if g not in annotated and lat.get(g) is not None:
+                    peer[g] = _merge(peer.get(g), lat.get(g))
         rows = []
         self._extent: dict[int, tuple[int, int]] = {}
         self._idle: dict = {}
@@ -105,6 +119,7 @@ class WhatIf:
             wait = int(blocked_in(span, peer).sum())
             both = _merge(peer.get(g), lat.get(g))
             latency = int(blocked_in(span, {g: both}).sum()) - wait if both is not None else 0
+            latency = latency if g in annotated or not annotated else 0
             rows.append({"tid": g, "thread": names.get(g, f"tid {g & 0xFFFFFF}"), "own_ms": (total - wait) / 1e6,
                          "latency_ms": max(latency, 0) / 1e6, "wait_ms": wait / 1e6})
         self.threads = pd.DataFrame(rows, columns=["tid", "thread", "own_ms", "latency_ms", "wait_ms"])
@@ -112,7 +127,6 @@ class WhatIf:
         self.stages = self._stages(rep, window, stages, peer, lat, names)
         # helpers: traced threads without work ranges of their own (a library's worker pool: OpenMP,
         # ONNX Runtime's intra-op threads, MKL), counted as working for the stages they overlap
-        annotated = set(work["global_tid"].astype("int64")) if len(work) else set()
         self.helpers = [int(g) for g in self.threads["tid"] if int(g) not in annotated]
         inside = work[(work["start_ns"] >= w0) & (work["end_ns"] <= w1)] if len(work) else work
         self._ranges = inside.assign(label=stage_labels(inside)) if len(inside) else inside
