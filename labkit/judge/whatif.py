@@ -9,9 +9,7 @@ time and its *latency*: time blocked on the outside world (sleeps, reads, polls:
 A stage's own time is the same over its ranges' self time (nested ranges apart). Without an OS
 runtime trace, waits outside ranges are invisible, so an annotated thread owns only the time of its
 ranges then. A thread without ranges of its own, where others have them, waits for work in its
-reads, polls and sleeps (a pool's result handler on its pipe, a driver's event thread): they count
-as its peer waits, not its latency (counted as latency, a CUDA event thread's poll was the longest
-"own time" of the H200 baseline and capped every estimate at the window over it).
+reads, polls and sleeps (a pool's result handler on its pipe, a driver's event thread): peer waits.
 
 In a steady, pipelined run the slowest resource sets the pace, so the model's run length is the
 largest own time of any thread, no shorter than the SMs' or the copy engines' busy time.
@@ -30,7 +28,7 @@ import pandas as pd
 from labkit.judge.accounting import thread_names
 from labkit.report.cpu import osrt_calls
 from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait, overlap_ns
-from labkit.stats.idle import busy_intervals
+from labkit.stats.idle import busy_intervals, union_of
 from labkit.stats.stages import stage_labels
 
 __all__ = ["WhatIf", "IN_FLIGHT"]
@@ -86,15 +84,13 @@ class WhatIf:
             work = work[~work["name"].map(is_wait).astype(bool)]
         annotated = set(work["global_tid"].astype("int64")) if len(work) else set()
         if annotated:
-            # a thread without ranges of its own, blocked in a read, a poll or a sleep, waits for work
-            # to arrive (a pool's result handler reading its pipe, a driver's event thread polling),
-            # as in a peer wait: no time of its own there, and the critical path looks past it. Where
-            # no thread has ranges, those calls stay latency: they are then the program's own reads.
+            # a thread without ranges waits for work in its reads, polls and sleeps (see the module's
+            # docstring); where no thread has ranges, they stay latency: the program's own reads
             peer = dict(peer)
             for g in ev["global_tid"].unique():
                 g = int(g)
                 if g not in annotated and lat.get(g) is not None:
-                    peer[g] = _merge(peer.get(g), lat.get(g))
+                    peer[g] = union_of(peer.get(g), lat.get(g))
         rows = []
         self._extent: dict[int, tuple[int, int]] = {}
         self._idle: dict = {}
@@ -114,10 +110,10 @@ class WhatIf:
             # where the thread does not work (the critical path's view): its peer waits and, without an
             # OS runtime trace, the time between its ranges (as in its own time)
             gaps = (np.r_[x0, e_], np.r_[s, x1])  # before, between and after the ranges
-            self._idle[g] = _merge(peer.get(g), (gaps[0][gaps[1] > gaps[0]], gaps[1][gaps[1] > gaps[0]]))
+            self._idle[g] = union_of(peer.get(g), (gaps[0][gaps[1] > gaps[0]], gaps[1][gaps[1] > gaps[0]]))
             total = int(np.sum(e_ - s))
             wait = int(blocked_in(span, peer).sum())
-            both = _merge(peer.get(g), lat.get(g))
+            both = union_of(peer.get(g), lat.get(g))
             latency = int(blocked_in(span, {g: both}).sum()) - wait if both is not None else 0
             latency = latency if g in annotated or not annotated else 0
             rows.append({"tid": g, "thread": names.get(g, f"tid {g & 0xFFFFFF}"), "own_ms": (total - wait) / 1e6,
@@ -150,7 +146,7 @@ class WhatIf:
         r = nv[(nv["kind"] != "mark") & (nv["start_ns"] >= w0) & (nv["end_ns"] <= w1)]
         if len(r) == 0:
             return pd.DataFrame(columns=cols)
-        both = {g: _merge(peer.get(g), lat.get(g)) for g in set(peer) | set(lat)}
+        both = {g: union_of(peer.get(g), lat.get(g)) for g in set(peer) | set(lat)}
         wait_in = pd.Series(blocked_in(r, peer), index=r.index)
         any_in = pd.Series(blocked_in(r, both), index=r.index)
         dur = r["duration_ns"].astype("int64")
@@ -502,9 +498,3 @@ class WhatIf:
     def stages_of(self, tid: int) -> pd.DataFrame:
         return self.stages[self.stages["tid"] == tid]
 
-
-def _merge(a, b):
-    parts = [x for x in (a, b) if x is not None and len(x[0])]
-    if not parts:
-        return None
-    return busy_intervals(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))

@@ -16,7 +16,7 @@ import pandas as pd
 
 from labkit.report.window import restrict, windowed
 
-__all__ = ["busy_intervals", "gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown", "SYNC_CALLS", "SM_KINDS",
+__all__ = ["busy_intervals", "union_of", "gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown", "SYNC_CALLS", "SM_KINDS",
            "COPY_KINDS", "sync_calls", "copy_calls"]
 
 SM_KINDS = ("kernel", "graph")
@@ -71,6 +71,14 @@ def busy_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np
     first = np.flatnonzero(new)
     last = np.append(first[1:], len(s)) - 1
     return s[first], run_end[last]
+
+
+def union_of(a, b):
+    """The union of two (starts, ends) interval sets, either of them None or empty; None when both are."""
+    parts = [x for x in (a, b) if x is not None and len(x[0])]
+    if not parts:
+        return None
+    return busy_intervals(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
 
 
 def busy_before(ms: np.ndarray, me: np.ndarray, t: np.ndarray) -> np.ndarray:
