@@ -44,13 +44,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -373,14 +373,11 @@ def state_from_folder(folder: Path, state: Path) -> str:
                 "modelled": prov.get("step_modelled_seconds", {}), "calls": int(prov.get("calls", 0)),
                 "call_minutes": prov.get("call_minutes", []),
                 "gpu": str(prov.get("gpu", "cpu")).split(" (")[0]}  # nvidia-smi's name, before any notes
-    tmp = state.with_name(state.name + ".tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
-        data = (json.dumps(progress, indent=1) + "\n").encode()
-        info = tarfile.TarInfo("progress.json")
-        info.size, info.mtime = len(data), int(time.time())
-        tar.addfile(info, io.BytesIO(data))
-        tar.add(folder / "ledger.jsonl", arcname="reports/ledger.jsonl")
-    os.replace(tmp, state)
+    from labbook.record_state import tar
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _save_json(Path(tmp) / "progress.json", progress)
+        tar(state, [(Path(tmp) / "progress.json", "progress.json"), (folder / "ledger.jsonl", "reports/ledger.jsonl")])
     return f"rebuilt from {folder}'s provenance.json and ledger.jsonl ({len(done)} steps done, no results)"
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import labkit
 from labkit.env import find_nsys
-from labkit.record.nsys import CaptureRangeError, ProgramFailedError, ReportExistsError, profile_command
+from labkit.record.nsys import NO_STACKS_NS, CaptureRangeError, ProgramFailedError, ReportExistsError, profile_command
 from labkit.record.tool import NsysError
 from labkit.report.load import load_report, profile
 
@@ -46,7 +46,7 @@ def test_profile_command_has_safe_defaults():
     # profile that never started); 2022.4 here takes it (the profile test below)
     assert "--osrt-backtrace-threshold=2147483647" in argv
     assert not [a for a in profile_command(["a"], output=Path("x"), nsys_args=["--osrt-backtrace-threshold=1000"])
-                if a.endswith("=1000000000000")]
+                if a.endswith(f"={NO_STACKS_NS}")]
     assert not [a for a in profile_command(["a"], output=Path("x"), trace=("cuda", "nvtx")) if "backtrace" in a]
 
 

@@ -79,7 +79,7 @@ def serial(ev: Evidence) -> list[dict]:
     lim = _limiting(ev)
     if lim is None:
         return []
-    m, t, st = lim
+    m, t, _ = lim
     tid = int(t["tid"])
     # a stage holds the thread for its own time and for its waits on other threads or processes (a
     # pool's map, a request to a worker): the one that holds it longest stays, the others move, and

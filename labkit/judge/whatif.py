@@ -115,7 +115,6 @@ class WhatIf:
             wait = int(blocked_in(span, peer).sum())
             both = union_of(peer.get(g), lat.get(g))
             latency = int(blocked_in(span, {g: both}).sum()) - wait if both is not None else 0
-            latency = latency if g in annotated or not annotated else 0
             rows.append({"tid": g, "thread": names.get(g, f"tid {g & 0xFFFFFF}"), "own_ms": (total - wait) / 1e6,
                          "latency_ms": max(latency, 0) / 1e6, "wait_ms": wait / 1e6})
         self.threads = pd.DataFrame(rows, columns=["tid", "thread", "own_ms", "latency_ms", "wait_ms"])
