@@ -180,3 +180,23 @@ def test_a_process_per_item_is_a_chain_and_the_tracings_markers_are_no_thread(tm
     assert list(a["rule"]) == ["chain"] and a["lever"].iloc[0] == "in_flight"
     ev = Evidence(restrict(rep, window=a.attrs["window"]), a.attrs["stages"], "", 0, None)
     assert not [g for g in ev.model.threads["tid"] if int(g) & 0xFFFFFF == 0]
+
+
+@pytest.mark.nsys
+def test_the_overlap_estimate_says_what_the_gil_leaves_of_it(tmp_path):
+    """Threads of one Python process take turns on its GIL in Python code. serial_stages' two stages
+    do nothing but work: if that work held the GIL (it hashes, which releases it), threads would
+    gain nothing, and the finding says 1.00x beside its estimate. map_then_reduce's kept stage waits
+    on a pool's process for longer than the moved stage works: the moved work fits in that wait, so
+    the GIL leaves the whole estimate."""
+    def figures(name):
+        a = ka.judge(name, ka.profile(name, tmp_path / name))["advice"]
+        r = a[a["rule"] == "serial_stages"].iloc[0]
+        turns = re.search(r"the gain would be ([0-9.]+)x", r["assumptions"])
+        assert turns, r["assumptions"]
+        return r["predicted_speedup"], float(turns.group(1))
+
+    est, turns = figures("serial_stages")
+    assert est > 1.4 and turns == 1.0
+    est, turns = figures("map_then_reduce")
+    assert est > 1.3 and turns == pytest.approx(est, abs=0.01)

@@ -95,6 +95,10 @@ def serial(ev: Evidence) -> list[dict]:
     if moved.empty:
         return []
     p = m.speedup({tid: float(moved["own_ms"].sum())}, list(moved["own_ms"]))
+    # threads of one Python process take turns on its GIL while they run Python code: if all the
+    # stages' own time holds it, the moved work runs only while the kept stage waits
+    turns = min(float(moved["own_ms"].sum()), float(keep["wait_ms"]))
+    p_turns = min(m.speedup({tid: turns}, [turns] if turns > 0 else []), p)
     stage = str(moved.iloc[0]["stage"])
     waits = (f" ({keep['own_ms']:.0f} ms of work and {keep['wait_ms']:.0f} ms waiting on other threads or "
              "processes, in which the moved stages then run)" if keep["wait_ms"] > keep["own_ms"] else "")
@@ -104,8 +108,10 @@ def serial(ev: Evidence) -> list[dict]:
             f"others on its own thread that thread works {t['own_ms'] - moved['own_ms'].sum():.0f} ms")
     return [dict(row("serial_stages", "The stages run one after another on one thread", text, "overlap_stages", p,
                      "estimate", f"each stage keeps its time on its own thread, queues between them, and the threads "
-                     "work at once (a lock they share, as Python's GIL around pure-Python work, makes them take "
-                     f"turns and gain less: one_at_a_time finds it in the changed run's profile); {MODEL}", stage),
+                     "work at once (threads of one Python process take turns on its GIL in Python code: if all the "
+                     f"stages' own time held it, the gain would be {p_turns:.2f}x; separate processes, or code that "
+                     "releases the GIL, keep the estimate; one_at_a_time finds turns in the changed run's profile); "
+                     f"{MODEL}", stage),
                  touch_ms=float(moved["own_ms"].sum()))]
 
 
