@@ -260,6 +260,7 @@ def test_the_h200_baselines_gaps_are_its_stages_work_and_its_window_is_not_stret
     assert len(overlap) == 1 and overlap["basis"].iloc[0] == "estimate"  # (2.24x: see the README's H200 section)
     # its stages only work (no waits on other threads or processes): if their work held the GIL, as the
     # queued run suggests (each stage took 1.4-4.4x longer there, 1.09x measured), threads gain nothing
+    assert "on python3 (tid 665)," in overlap["evidence"].iloc[0]  # the thread by its name (the export's ThreadNames)
     turns = re.search(r"the gain would be ([0-9.]+)x", overlap["assumptions"].iloc[0])
     assert turns and float(turns.group(1)) == 1.0 < 1.09 < overlap["predicted_speedup"].iloc[0]
     # the CUDA driver's event thread polls all along: waiting, not a thread whose time any change leaves

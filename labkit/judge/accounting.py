@@ -225,10 +225,11 @@ def account(rep, *, window: tuple[int, int] | None = None, steady: bool = True) 
 
 
 def thread_names(rep) -> dict[int, str]:
+    """Each thread's label: its name and tid ("python3 (tid 665)"), or "tid 665" where it has none."""
     t = rep.threads
     if len(t) == 0 or "global_tid" not in t.columns:
         return {}
-    name = t["name"].fillna("").astype(str) if "name" in t.columns else pd.Series("", index=t.index)
+    name = t["thread_name"].fillna("").astype(str) if "thread_name" in t.columns else pd.Series("", index=t.index)
     tid = (t["global_tid"].astype("int64") & 0xFFFFFF).astype(str)
     label = np.where(name != "", name + " (tid " + tid + ")", "tid " + tid)
     return dict(zip(t["global_tid"].astype("int64"), label))
