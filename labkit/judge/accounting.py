@@ -224,15 +224,19 @@ def account(rep, *, window: tuple[int, int] | None = None, steady: bool = True) 
                       copies=_copies(rep, w0, w1))
 
 
+def thread_label(name: pd.Series, tid: pd.Series) -> np.ndarray:
+    """Threads' labels: the name and tid ("python3 (tid 665)"), or "tid 665" where the name is empty."""
+    name, tid = name.fillna("").astype(str), tid.astype(str)
+    return np.where(name != "", name + " (tid " + tid + ")", "tid " + tid)
+
+
 def thread_names(rep) -> dict[int, str]:
-    """Each thread's label: its name and tid ("python3 (tid 665)"), or "tid 665" where it has none."""
+    """Each thread's :func:`thread_label`, by global tid, from the export's thread names."""
     t = rep.threads
     if len(t) == 0 or "global_tid" not in t.columns:
         return {}
-    name = t["thread_name"].fillna("").astype(str) if "thread_name" in t.columns else pd.Series("", index=t.index)
-    tid = (t["global_tid"].astype("int64") & 0xFFFFFF).astype(str)
-    label = np.where(name != "", name + " (tid " + tid + ")", "tid " + tid)
-    return dict(zip(t["global_tid"].astype("int64"), label))
+    name = t["thread_name"] if "thread_name" in t.columns else pd.Series("", index=t.index)
+    return dict(zip(t["global_tid"].astype("int64"), thread_label(name, t["global_tid"].astype("int64") & 0xFFFFFF)))
 
 
 def _copies(rep, w0: int, w1: int) -> pd.DataFrame:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from labkit.judge.accounting import account, thread_label
 from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait
 from labkit.stats.idle import busy_in, busy_intervals, engine_busy
 from labkit.report.window import windowed
@@ -86,9 +87,7 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     wall_ns = w1 - w0
     empty = pd.DataFrame(columns=["thread", "tid", "stage", "domain", "self_ms", "thread_busy_frac"])
     if len(pp) == 0 or wall_ns <= 0:
-        from labkit.judge.accounting import account  # no ranges: what the threads did, from the accounting
-
-        acc = account(rep, steady=False)
+        acc = account(rep, steady=False)  # no ranges: what the threads did, from the accounting
         b = acc.busiest
         if b is None:
             return Bottleneck("Nothing traced: no NVTX ranges, CUDA or OS runtime calls in this window.", None, None,
@@ -128,9 +127,7 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     crossed = (work["kind"] != "push_pop") & egt.notna() & (egt >= 0) & (egt != work["global_tid"]) \
         if egt is not None else False
     work = work[~work["wait"] & ~envelope & ~crossed]
-    tname = work["thread_name"].fillna("").astype(str)
-    tid_s = work["tid"].astype(str)
-    work = work.assign(thread=np.where(tname != "", tname + " (tid " + tid_s + ")", "tid " + tid_s))
+    work = work.assign(thread=thread_label(work["thread_name"], work["tid"]))
     per = work.groupby(["global_tid", "thread", "tid", "stage", "domain"], sort=False)["self_ns"].sum().reset_index()
     # a thread's busy time: the union of its work ranges (start/end ranges may overlap on one thread)
     # minus the time it was blocked inside them
