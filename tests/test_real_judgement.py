@@ -71,3 +71,22 @@ def test_plot_timeline_draws_a_steady_slice(name):
     t1 = min(int(max(e.max() for e in ends)), t0 + 200_000_000)  # the first 200 ms at most
     fig = labkit.plot_timeline(r, window=(t0, t1))
     assert isinstance(fig, matplotlib.figure.Figure) and fig.axes and fig.axes[0].get_yticklabels()
+
+
+def test_a_wait_is_a_word_of_the_name_not_part_of_one():
+    """Range names count as waits by their words: the lab's 'queue_wait', nsys users' 'wait' and
+    'sync' do; TensorRT's layer ranges '/blocks.0/blocks.0.1/Conv' (centerformer) did by substring, and
+    made 68.7 ms of find_centers' time blocked, though nothing there waited."""
+    from labkit.stats.blocked import is_wait
+
+    for name in ("queue_wait", "wait_batch", "QueueWait", "main->test_copies->wait", "sync", "cudaStreamSynchronize",
+                 "idle", "sleep_a_bit", "await_reply", "blocked_on_io"):
+        assert is_wait(name), name
+    for name in ("/blocks.0/blocks.0.1/Conv", "async_infer", "resblock", "transformer_block_3", "asynchronous copy",
+                 "load_batch", "enqueue"):
+        assert not is_wait(name), name
+    r = rep("YoonKyonghwan_2022.4_centerformer_poolformer")
+    layers = r.nvtx[r.nvtx["name"].astype(str).str.startswith("/blocks")]
+    assert len(layers) > 1000 and not layers["name"].map(is_wait).any()
+    st = labkit.stage_table(r)
+    assert (st["blocked_ms"] == 0).all(), st[["stage", "blocked_ms"]]

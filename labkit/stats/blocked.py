@@ -42,16 +42,22 @@ time is *latency*, which stays on the thread unless the lever overlaps it. Every
 time (locks, condition variables, joins, CUDA syncs, blocking copies, wait ranges) waits on a peer:
 another thread or the GPU."""
 
-WAIT_WORDS = ("wait", "idle", "queue", "sleep", "sync", "block")
-"""NVTX range names containing one of these count as waiting, not as work."""
+WAIT_WORDS = ("wait", "await", "idle", "queue", "sleep", "sync", "blocked", "blocking")
+"""NVTX range names with one of these words count as waiting, not as work. Words, not substrings: the
+name is split at anything but letters and at case changes (``queue_wait``, ``QueueWait``,
+``main->test->wait``), and a word counts when it is one of these or starts with ``wait``, ``idle``,
+``sleep`` or ``synchron`` (``waiting``, ``synchronize``). ``async_infer``, ``resblock``,
+``transformer_block`` or TensorRT's ``/blocks.0/Conv`` layers are work."""
+_STEMS = ("wait", "idle", "sleep", "synchron")
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
 
 Intervals = tuple[np.ndarray, np.ndarray]
 
 
 def is_wait(name) -> bool:
     """Whether an NVTX range name says it waits (:data:`WAIT_WORDS`)."""
-    n = str(name).lower()
-    return any(w in n for w in WAIT_WORDS)
+    words = [w.lower() for w in _WORD.findall(str(name))]
+    return any(w in WAIT_WORDS or w.startswith(_STEMS) for w in words)
 
 
 def blocking_osrt(rep) -> pd.DataFrame:
