@@ -25,6 +25,11 @@ def _span_options(p: argparse.ArgumentParser) -> None:
                                                                    "its instances")
 
 
+def _whole_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--whole", action="store_true", help="the whole trace (default: the steady window past "
+                                                        "start-up, which the output names)")
+
+
 def _span(args) -> dict:
     """``window``/``within`` keywords from ``--window START_MS,END_MS`` / ``--within RANGE``;
     raises SystemExit(2) with one line for a malformed window."""
@@ -88,13 +93,14 @@ def _out_format(p: argparse.ArgumentParser) -> None:
 
 
 def cli_advise(argv: list[str]) -> int:
-    """``python -m labkit advise REPORT [--window S,E | --within R] [--warmup N] [--json | --csv]``."""
+    """``python -m labkit advise REPORT [--window S,E | --within R | --whole] [--warmup N] [--json | --csv]``."""
     p = argparse.ArgumentParser(prog="python -m labkit advise",
                                 description="Findings about what holds a profiled run back: evidence, lever and "
                                             "predicted speed-up (labkit.advise).")
     p.add_argument("report")
     p.add_argument("--warmup", type=count_arg, default=0, help="batches (range payload below this) left out as warm-up")
     _span_options(p)
+    _whole_option(p)
     _out_format(p)
     args = p.parse_args(argv)
     span = _span(args)
@@ -102,7 +108,7 @@ def cli_advise(argv: list[str]) -> int:
 
     try:
         rep = labkit.load_report(args.report)
-        df = labkit.advise(rep, warmup=args.warmup, **span)
+        df = labkit.advise(rep, warmup=args.warmup, steady=not args.whole, **span)
     except LabkitError as exc:
         return _fail(exc)
     if args.json:
@@ -121,13 +127,14 @@ def cli_advise(argv: list[str]) -> int:
 
 
 def cli_bottleneck(argv: list[str]) -> int:
-    """``python -m labkit bottleneck REPORT [--window S,E | --within R] [--warmup N] [--json | --csv]``."""
+    """``python -m labkit bottleneck REPORT [--window S,E | --within R | --whole] [--warmup N] [--json | --csv]``."""
     p = argparse.ArgumentParser(prog="python -m labkit bottleneck",
                                 description="The stage, thread or engine that limited a run's throughput "
                                             "(labkit.bottleneck); --csv prints its per-thread table.")
     p.add_argument("report")
     p.add_argument("--warmup", type=count_arg, default=0, help="batches (range payload below this) left out as warm-up")
     _span_options(p)
+    _whole_option(p)
     _out_format(p)
     args = p.parse_args(argv)
     span = _span(args)
@@ -135,7 +142,7 @@ def cli_bottleneck(argv: list[str]) -> int:
 
     try:
         rep = labkit.load_report(args.report)
-        b = labkit.bottleneck(rep, warmup=args.warmup, **span)
+        b = labkit.bottleneck(rep, warmup=args.warmup, steady=not args.whole, **span)
     except LabkitError as exc:
         return _fail(exc)
     table = getattr(b, "table", None)

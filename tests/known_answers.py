@@ -94,6 +94,7 @@ _ALL = [
     Program("handoff", "handoff.py", ("cheaper_stage",), "infer", 4.0, limiter=("prepare", "infer")),
     Program("taking_turns", "taking_turns.py", ("cheaper_stage",), "commit", 4.0, limiter=("prepare", "commit")),
     Program("unannotated_input", "unannotated_input.py", ("parallel_input",), None, 3.0),
+    Program("lock_over_io", "lock_over_io.py", ("release_lock",), "write", 1.7, limiter=("write",)),
     Program("gil_turns", "gil_turns.py", ("release_lock",), None, 2.0),
     Program("child_per_item", "child_per_item.py", ("in_flight",), None, 2.0),
     Program("map_then_reduce", "map_then_reduce.py", ("overlap_stages",), "reduce", 1.45, limiter=("map", "reduce")),
@@ -226,7 +227,7 @@ def verdict(prog: Program | str, judged: dict, measured: dict) -> dict:
     rank = None
     if fix is not None:
         rank = 1 + next(i for i, (_, r) in enumerate(adv.iterrows()) if r["rule"] == fix["rule"]
-                        and r["stage"] == fix["stage"])
+                        and r["stage"] == fix["stage"] and r["lever"] == fix["lever"])
     row = {"program": prog.name, "expected": "/".join(prog.levers) or "(nothing)",
            "expected_stage": prog.stage or "", "top": top["lever"] if top else "(nothing)",
            "top_stage": (top.get("stage") or "") if top else "",

@@ -63,6 +63,15 @@ def test_bottleneck_json_and_text_are_the_python_result():
     assert _ok("bottleneck", GPUTEST).splitlines()[0] == want.sentence
 
 
+def test_whole_keeps_the_whole_trace_where_the_default_leaves_start_up_out():
+    rep = labkit.load_report(GPUTEST)
+    steady, whole = labkit.bottleneck(rep), labkit.bottleneck(rep, steady=False)
+    assert steady.where.startswith("steady window") and whole.where == "" and steady.wall_ms < whole.wall_ms
+    assert _ok("bottleneck", GPUTEST, "--whole").splitlines()[0] == whole.sentence
+    note = json.loads(_ok("advise", GPUTEST, "--whole", "--json"))["note"]
+    assert note == labkit.advise(rep, steady=False).attrs["note"] and "whole trace" in note
+
+
 def test_window_in_ms_and_within_reach_the_api():
     rep = labkit.load_report(GPUTEST)
     batch = rep.nvtx[rep.nvtx["name"] == "batch"].sort_values("start_ns")

@@ -1,16 +1,16 @@
 """The bottleneck sentence: which stage, thread or engine limited a run's throughput."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
-from labkit.judge.accounting import account, thread_label
+from labkit.judge.accounting import account, steady_window_of, thread_label
 from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait
 from labkit.stats.idle import busy_in, busy_intervals, engine_busy
 from labkit.report.window import windowed
-from labkit.stats.stages import _warmup_mask, domains, stage_labels
+from labkit.stats.stages import _warmup_mask, domains, stage_labels, trace_span
 
 __all__ = ["bottleneck", "Bottleneck"]
 
@@ -36,6 +36,8 @@ class Bottleneck:
     table: pd.DataFrame
     copy_busy_frac: float = 0.0
     gpu_bound: bool = False
+    where: str = ""
+    """The window the sentence is about, and why (empty: the one asked for, or the whole trace)."""
 
     def __str__(self) -> str:
         return self.sentence
@@ -50,9 +52,26 @@ def _busy_ns(ranges: pd.DataFrame, blocked) -> int:
     return total - int(blocked_in(pd.DataFrame({"global_tid": 0, "start_ns": s, "end_ns": e}), {0: blocked}).sum())
 
 
+def bottleneck(rep, *, warmup: int = 0, window=None, within=None, steady: bool = True) -> Bottleneck:
+    """Name the stage and the thread that bound throughput (:func:`_bottleneck` says how), over the
+    window :func:`labkit.advise` reads: ``window=(start_ns, end_ns)`` or ``within="range"`` as given;
+    otherwise, with ``steady=True`` (the default) and no ``warmup``, the steady window past start-up
+    (:func:`labkit.judge.accounting.steady_window_of`), which the sentence then names and
+    ``where`` holds; ``steady=False`` keeps the whole trace."""
+    why = ""
+    if window is None and within is None and steady and not warmup:
+        span, why = steady_window_of(rep)
+        if span == trace_span(rep):
+            why = ""
+        else:
+            window = span
+    b = _bottleneck(rep, warmup=warmup, window=window, within=within)
+    return replace(b, sentence=f"{b.sentence} Over the {why}.", where=why) if why else b
+
+
 @windowed
-def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
-    """Name the stage and the thread that bound throughput.
+def _bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
+    """Name the stage and the thread that bound throughput, over the report as given.
 
     With ``warmup``, where ranges carry batch indices (payloads), only those past it count, the
     wall span is theirs and it starts when the last warm-up batch has left the pipeline; without,
@@ -97,9 +116,12 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
                  if blocked >= 0.5 else f"busy {b['busy_frac']:.0%} of {acc.window_ms:.0f} ms")
         copy_frac = acc.copy_ms / acc.window_ms if acc.window_ms else 0.0
         gpu = acc.limiter == "gpu"
+        quiet = f"no NVTX ranges, so no stage to name: thread {b['thread']} was {state}"
         head = (f"The GPU bound throughput: kernels kept the SMs busy {acc.sm_frac:.0%} of {acc.window_ms:.1f} ms, "
-                f"more than any thread was busy (no NVTX ranges, so no stage to name: thread {b['thread']} was "
-                f"{state})" if gpu else f"No NVTX ranges, so no stage to name: thread {b['thread']} was {state}")
+                f"more than any thread was busy ({quiet})" if gpu else
+                f"Copies bound throughput: the copy engines were busy {copy_frac:.0%} of {acc.window_ms:.1f} ms, "
+                f"more than the SMs ({acc.sm_frac:.0%}) or any thread ({quiet})" if acc.limiter == "copies" else
+                quiet[0].upper() + quiet[1:])
         return Bottleneck(f"{head}; annotate the stages (labkit.annotate) and profile again to name one.", None,
                           str(b["thread"]), int(b["tid"]), float(b["busy_frac"]), 0.0, acc.window_ms, acc.sm_frac,
                           empty, copy_frac, gpu)
@@ -169,8 +191,8 @@ def bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
                     f"{copies}.")
     else:
         lat = float(waited.get(top_tid, 0)) / max(float(busy.max()), 1.0)
-        how = (f"occupied {frac:.0%} of {wall_ms:.1f} ms, {lat:.0%} of it blocked on its input (sleeps, reads: "
-               f"latency, not work)" if lat >= 0.5 else f"busy {frac:.0%} of {wall_ms:.1f} ms")
+        how = (f"occupied {frac:.0%} of {wall_ms:.1f} ms, {lat:.0%} of it blocked in sleeps, reads or polls "
+               f"(latency, not work)" if lat >= 0.5 else f"busy {frac:.0%} of {wall_ms:.1f} ms")
         sentence = (f"Stage '{row['stage']}' on thread {row['thread']} bound throughput: that thread was {how}, "
                     f"'{row['stage']}' itself {row['self_ns'] / 1e6:.1f} ms ({row['self_ns'] / wall_ns:.0%}); "
                     f"{sm}{copies}.")

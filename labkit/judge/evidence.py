@@ -97,7 +97,7 @@ class Evidence:
             self.where = ("the whole trace (no warm-up left out: warmup=0)" if pay.notna().any() else
                           "the whole trace (no range carries a batch index, so no warm-up is left out)")
         self.wall_ms = (self.window[1] - self.window[0]) / 1e6
-        t = bn.bottleneck(rep, warmup=warmup).table
+        t = bn.bottleneck(rep, warmup=warmup, steady=False).table  # rep: advise's window already
         name = [s[len(d) + 1:] if d else s for s, d in zip(t["stage"], t["domain"])]
         keep = t["stage"].isin(self.stages) | pd.Series(name, index=t.index, dtype=object).isin(self.stages)
         t = t[keep]

@@ -170,10 +170,22 @@ def taking_turns(ev: Evidence) -> list[dict]:
             f"'{stage}', run by {n} threads in turn, holds {on_path:.0f} ms of the {span:.0f} ms critical path "
             f"({on_path / span:.0%}): while one thread runs it the others wait; the prediction is the most a cheaper "
             f"'{stage}' can give: '{stage}' taking no time at all")
-    return [dict(row("taking_turns", f"Threads take turns in '{stage}'", text, "cheaper_stage",
-                     m.speedup(gone, stages=[stage]), "bound", f"'{stage}' costs nothing; {BOUND_MODEL}", stage),
-                 touch_ms=on_path, helpers_ms={**gone, **{h: gone.get(h, 0.0) + ms for h, ms in
-                                                          m.helped(gone, [stage]).items()}})]
+    out = [dict(row("taking_turns", f"Threads take turns in '{stage}'", text, "cheaper_stage",
+                    m.speedup(gone, stages=[stage]), "bound", f"'{stage}' costs nothing; {BOUND_MODEL}", stage),
+                touch_ms=on_path, helpers_ms={**gone, **{h: gone.get(h, 0.0) + ms for h, ms in
+                                                         m.helped(gone, [stage]).items()}})]
+    p = m.without_turns()  # the other way out of the turns: let the threads run the stage at once
+    if p >= MIN_GAIN and not one_at_a_time(ev):  # that rule already answers turns taken inside stages
+        longest = float(m.threads["own_ms"].max())
+        out.append(dict(row(
+            "taking_turns", f"Threads take turns in '{stage}'",
+            f"'{stage}', run by {n} threads in turn, holds {on_path:.0f} ms of the {span:.0f} ms critical path; "
+            f"if they could run it at once (a lock held over it for longer than it needs, as over I/O), each thread "
+            f"keeps its own time: the longest takes {longest:.0f} ms", "release_lock", p, "estimate",
+            f"the threads no longer wait on each other in '{stage}' (what it does needs no resource that serves one "
+            f"at a time: not one disk, device or connection); each keeps its own time; {MODEL}", stage),
+            touch_ms=on_path))
+    return out
 
 
 def chain(ev: Evidence) -> list[dict]:

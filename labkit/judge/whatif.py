@@ -9,7 +9,8 @@ time and its *latency*: time blocked on the outside world (sleeps, reads, polls:
 A stage's own time is the same over its ranges' self time (nested ranges apart). Without an OS
 runtime trace, waits outside ranges are invisible, so an annotated thread owns only the time of its
 ranges then. A thread without ranges of its own, where others have them, waits for work in its
-reads, polls and sleeps (a pool's result handler on its pipe, a driver's event thread): peer waits.
+reads, polls and sleeps (a pool's result handler on its pipe): peer waits; so do the threads the CUDA
+driver, CUPTI and nsys start (:func:`~labkit.judge.accounting.runtime_threads`) in every report.
 
 In a steady, pipelined run the slowest resource sets the pace, so the model's run length is the
 largest own time of any thread, no shorter than the SMs' or the copy engines' busy time.
@@ -25,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from labkit.judge.accounting import thread_names
+from labkit.judge.accounting import runtime_threads, thread_names
 from labkit.report.cpu import osrt_calls
 from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait, overlap_ns
 from labkit.stats.idle import busy_intervals, union_of
@@ -83,14 +84,14 @@ class WhatIf:
         if len(work):
             work = work[~work["name"].map(is_wait).astype(bool)]
         annotated = set(work["global_tid"].astype("int64")) if len(work) else set()
-        if annotated:
-            # a thread without ranges waits for work in its reads, polls and sleeps (see the module's
-            # docstring); where no thread has ranges, they stay latency: the program's own reads
-            peer = dict(peer)
-            for g in ev["global_tid"].unique():
-                g = int(g)
-                if g not in annotated and lat.get(g) is not None:
-                    peer[g] = union_of(peer.get(g), lat.get(g))
+        # a thread without ranges waits for work in its reads, polls and sleeps (see the module's
+        # docstring), as the CUDA driver's, CUPTI's and nsys's threads always do; where no thread has
+        # ranges, the others' stay latency: the program's own reads
+        peer, runtime = dict(peer), runtime_threads(rep)
+        for g in ev["global_tid"].unique():
+            g = int(g)
+            if (g in runtime or (annotated and g not in annotated)) and lat.get(g) is not None:
+                peer[g] = union_of(peer.get(g), lat.get(g))
         rows = []
         self._extent: dict[int, tuple[int, int]] = {}
         self._idle: dict = {}
