@@ -63,3 +63,22 @@ def test_batches_and_stage_table_state_their_conventions(rep):
     assert len(b) > 0 and "payload" in b.attrs["note"]
     st = labkit.stage_table(rep)
     assert "items" in st.attrs["note"] and set(st.attrs["stages"]) >= {"decode", "preprocess", "infer"}
+
+
+@pytest.mark.nsys
+def test_a_recursive_range_counts_once_per_outermost_instance(tmp_path):
+    """The steady window's repeated range is the loop's ('round'), not a recursive range whose levels,
+    summed, hold more time than the loop: its k-th instance lies inside the first round."""
+    import sys
+
+    from labkit.judge.accounting import steady_window_of
+
+    prog = Path(__file__).parent / "programs" / "recursive_ranges.py"
+    rep = labkit.profile([sys.executable, str(prog)], name="recursive", outdir=tmp_path, trace=("nvtx", "osrt"),
+                         progress=False)
+    solve = rep.nvtx[rep.nvtx["name"] == "solve"]
+    assert len(solve) == 8 * 31 and solve["depth"].nunique() == 5
+    (w0, w1), why = steady_window_of(rep)
+    assert "range 'round', instances 2-8 of 8" in why, why
+    rounds = rep.nvtx[rep.nvtx["name"] == "round"].sort_values("start_ns")
+    assert w0 == int(rounds["start_ns"].iloc[1]) and w1 == int(rounds["end_ns"].max())

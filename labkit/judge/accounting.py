@@ -77,6 +77,9 @@ def steady_window_of(rep) -> tuple[tuple[int, int], str]:
         r = r[~r["name"].map(is_wait).astype(bool)]
     if len(r):
         key = domains(r).astype(str) + ":" + r["name"].astype(str)
+        if "depth" in r.columns:  # a recursive range counts once per outermost instance, not per level
+            shallow = r["depth"] == r["depth"].groupby(key).transform("min")
+            r, key = r[shallow], key[shallow]
         counts = key.value_counts()
         rep_keys = counts[counts >= MIN_REPEATS].index
         if len(rep_keys):
