@@ -200,3 +200,22 @@ def test_the_overlap_estimate_says_what_the_gil_leaves_of_it(tmp_path):
     assert est > 1.4 and turns == 1.0
     est, turns = figures("map_then_reduce")
     assert est > 1.3 and turns == pytest.approx(est, abs=0.01)
+
+
+@pytest.mark.nsys
+def test_turns_get_the_release_lock_estimate_whether_or_not_a_thread_limits(tmp_path, monkeypatch):
+    """lock_over_io's two writers are within 8 % of each other in the steady window (13 and 14 writes):
+    near the 10 % at which one of them counts as the limiting thread. The lock's estimate must not
+    hang on which side of it they fall; only the cheaper-stage bound of the turns does."""
+    from labkit.judge import rules
+
+    rep = ka.profile("lock_over_io", tmp_path)
+    before = labkit.advise(rep)
+    lock = before[before["lever"] == "release_lock"]
+    assert len(lock) == 1 and lock["rule"].iloc[0] == "taking_turns"
+    monkeypatch.setattr(rules, "BALANCED", 1.0)  # the busier writer now limits the run
+    after = labkit.advise(rep)
+    assert not ((after["rule"] == "taking_turns") & (after["lever"] == "cheaper_stage")).any()
+    again = after[after["lever"] == "release_lock"]
+    assert len(again) == 1
+    assert again["predicted_speedup"].iloc[0] == pytest.approx(lock["predicted_speedup"].iloc[0], rel=1e-9)

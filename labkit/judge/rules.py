@@ -151,10 +151,9 @@ def latency(ev: Evidence) -> list[dict]:
 
 
 def taking_turns(ev: Evidence) -> list[dict]:
-    """No thread limits the run, but one stage, run by several threads in turn (a lock held for it, a
-    resource one at a time), holds most of the critical path: a cheaper stage shortens the path."""
-    if _limiting(ev) is not None:
-        return []
+    """One stage, run by several threads in turn (a lock held for it, a resource one at a time), holds
+    most of the critical path: where no thread limits the run, a cheaper stage shortens the path (a
+    bound); whether or not one does, the threads running it at once would (an estimate)."""
     m = ev.model
     ps = m.path_stages()
     span = (m.window[1] - m.window[0]) / 1e6
@@ -162,29 +161,27 @@ def taking_turns(ev: Evidence) -> list[dict]:
         return []
     top = ps.iloc[0]
     stage, on_path, n = str(top["stage"]), float(top["path_ms"]), int(top["threads"])
-    if n < 2 or on_path < DOMINANT_SHARE * span or _is_setup(stage) or _given(ev, stage):
+    if n < 2 or on_path < DOMINANT_SHARE * span or _is_setup(stage):
         return []
-    st = m.stages[m.stages["stage"] == stage]
-    gone = st.groupby("tid")["own_ms"].sum().to_dict()
-    text = (f"no thread's own time limits the run (they are within {BALANCED - 1:.0%} of each other), but "
-            f"'{stage}', run by {n} threads in turn, holds {on_path:.0f} ms of the {span:.0f} ms critical path "
-            f"({on_path / span:.0%}): while one thread runs it the others wait; the prediction is the most a cheaper "
-            f"'{stage}' can give: '{stage}' taking no time at all")
-    out = [dict(row("taking_turns", f"Threads take turns in '{stage}'", text, "cheaper_stage",
-                    m.speedup(gone, stages=[stage]), "bound", f"'{stage}' costs nothing; {BOUND_MODEL}", stage),
-                touch_ms=on_path, helpers_ms={**gone, **{h: gone.get(h, 0.0) + ms for h, ms in
-                                                         m.helped(gone, [stage]).items()}})]
+    out, held = [], f"'{stage}', run by {n} threads in turn, holds {on_path:.0f} ms of the {span:.0f} ms critical path"
+    if _limiting(ev) is None and not _given(ev, stage):  # else the limiting thread's stage findings say it
+        gone = m.stages[m.stages["stage"] == stage].groupby("tid")["own_ms"].sum().to_dict()
+        text = (f"no thread's own time limits the run (they are within {BALANCED - 1:.0%} of each other), but "
+                f"{held} ({on_path / span:.0%}): while one thread runs it the others wait; the prediction is the most "
+                f"a cheaper '{stage}' can give: '{stage}' taking no time at all")
+        out.append(dict(row("taking_turns", f"Threads take turns in '{stage}'", text, "cheaper_stage",
+                            m.speedup(gone, stages=[stage]), "bound", f"'{stage}' costs nothing; {BOUND_MODEL}", stage),
+                        touch_ms=on_path, helpers_ms={**gone, **{h: gone.get(h, 0.0) + ms for h, ms in
+                                                                 m.helped(gone, [stage]).items()}}))
     p = m.without_turns()  # the other way out of the turns: let the threads run the stage at once
     if p >= MIN_GAIN and not one_at_a_time(ev):  # that rule already answers turns taken inside stages
-        longest = float(m.threads["own_ms"].max())
         out.append(dict(row(
             "taking_turns", f"Threads take turns in '{stage}'",
-            f"'{stage}', run by {n} threads in turn, holds {on_path:.0f} ms of the {span:.0f} ms critical path; "
-            f"if they could run it at once (a lock held over it for longer than it needs, as over I/O), each thread "
-            f"keeps its own time: the longest takes {longest:.0f} ms", "release_lock", p, "estimate",
-            f"the threads no longer wait on each other in '{stage}' (what it does needs no resource that serves one "
-            f"at a time: not one disk, device or connection); each keeps its own time; {MODEL}", stage),
-            touch_ms=on_path))
+            f"{held}; if they could run it at once (a lock held over it for longer than it needs, as over I/O), "
+            f"each thread keeps its own time: the longest takes {float(m.threads['own_ms'].max()):.0f} ms",
+            "release_lock", p, "estimate", f"the threads no longer wait on each other in '{stage}' (what it does "
+            f"needs no resource that serves one at a time: not one disk, device or connection); each keeps its own "
+            f"time; {MODEL}", stage), touch_ms=on_path))
     return out
 
 
