@@ -34,7 +34,7 @@ from labkit.stats.blocked import blocked_intervals, is_wait
 from labkit.stats.idle import busy_in, busy_intervals, engine_busy
 from labkit.stats.stages import domains, trace_span
 
-__all__ = ["Accounting", "account", "steady_window_of", "THREAD_COLUMNS", "WARMUP_SHARE", "MAX_WARMUP"]
+__all__ = ["Accounting", "account", "chosen_window", "steady_window_of", "THREAD_COLUMNS", "WARMUP_SHARE", "MAX_WARMUP"]
 
 THREAD_COLUMNS = ["global_tid", "tid", "thread", "extent_ms", "work_ms", "blocked_ms", "cuda_ms", "untraced_ms",
                   "busy_ms", "busy_frac", "busy_basis"]
@@ -102,6 +102,16 @@ def steady_window_of(rep) -> tuple[tuple[int, int], str]:
             return (w0, t1), ("steady window: from the first kernel launch (CUDA context creation, module loading "
                               "and set-up before it left out)")
     return (t0, t1), "whole trace (no repeated range and no GPU work to tell start-up by)"
+
+
+def chosen_window(rep, *, window=None, within=None, steady: bool = True, warmup: int = 0):
+    """(window, why): the window a judgement reads. The caller's choice (``window``, ``within``, a
+    ``warmup``, or ``steady=False`` for the whole trace) stands, and why is None; otherwise the
+    :func:`steady_window_of` and its why, with window None where that is the whole trace."""
+    if window is not None or within is not None or not steady or warmup:
+        return window, None
+    span, why = steady_window_of(rep)
+    return (None if span == trace_span(rep) else span), why
 
 
 @dataclass

@@ -18,7 +18,7 @@ import pandas as pd
 
 from labkit.errors import LabkitError
 from labkit.judge import rules as advice_rules
-from labkit.judge.accounting import account, steady_window_of
+from labkit.judge.accounting import account, chosen_window
 from labkit.judge.evidence import ADVICE_COLUMNS, DECODE_BOUND, LEVERS, MIN_GAIN, SKIP_EVERY, Evidence, row
 from labkit.report.window import windowed
 from labkit.stats import stages as analysis
@@ -70,11 +70,7 @@ def advise(report, *, window=None, within=None, steady: bool = True, **kwargs) -
     if not hasattr(report, "nvtx") or not hasattr(report, "cuda_api"):
         raise AdviseError(f"advise needs a report loaded with labkit.load_report(path), not a "
                           f"{type(report).__name__}")
-    why = None
-    if window is None and within is None and steady and not kwargs.get("warmup"):
-        (w0, w1), why = steady_window_of(report)
-        if (w0, w1) != analysis.trace_span(report):
-            window = (w0, w1)
+    window, why = chosen_window(report, window=window, within=within, steady=steady, warmup=kwargs.get("warmup"))
     return _advise(report, window=window, within=within, _where=why, **kwargs)
 
 

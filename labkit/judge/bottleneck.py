@@ -6,11 +6,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from labkit.judge.accounting import account, steady_window_of, thread_label
+from labkit.judge.accounting import account, chosen_window, thread_label
 from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait
 from labkit.stats.idle import busy_in, busy_intervals, engine_busy
 from labkit.report.window import windowed
-from labkit.stats.stages import _warmup_mask, domains, stage_labels, trace_span
+from labkit.stats.stages import _warmup_mask, domains, stage_labels
 
 __all__ = ["bottleneck", "Bottleneck"]
 
@@ -56,17 +56,11 @@ def bottleneck(rep, *, warmup: int = 0, window=None, within=None, steady: bool =
     """Name the stage and the thread that bound throughput (:func:`_bottleneck` says how), over the
     window :func:`labkit.advise` reads: ``window=(start_ns, end_ns)`` or ``within="range"`` as given;
     otherwise, with ``steady=True`` (the default) and no ``warmup``, the steady window past start-up
-    (:func:`labkit.judge.accounting.steady_window_of`), which the sentence then names and
+    (:func:`labkit.judge.accounting.chosen_window`), which the sentence then names and
     ``where`` holds; ``steady=False`` keeps the whole trace."""
-    why = ""
-    if window is None and within is None and steady and not warmup:
-        span, why = steady_window_of(rep)
-        if span == trace_span(rep):
-            why = ""
-        else:
-            window = span
-    b = _bottleneck(rep, warmup=warmup, window=window, within=within)
-    return replace(b, sentence=f"{b.sentence} Over the {why}.", where=why) if why else b
+    chosen, why = chosen_window(rep, window=window, within=within, steady=steady, warmup=warmup)
+    b = _bottleneck(rep, warmup=warmup, window=chosen, within=within)
+    return replace(b, sentence=f"{b.sentence} Over the {why}.", where=why) if why and chosen is not None else b
 
 
 @windowed

@@ -82,6 +82,15 @@ class Steady:
                   flush=True)
 
 
+def workers(target, n: int = 2, name: str = "worker") -> None:
+    """Run ``target(k)`` for k in 0..n-1, each on a thread named ``{name}{k}``, and wait for them all."""
+    threads = [threading.Thread(target=target, args=(k,), name=f"{name}{k}") for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def inputs(make, items: int, *, ahead: bool, wait_name: str = "wait_input", thread: str = "prefetch"):
     """``make(i)`` for each item in order: in line, or (``ahead``) made by a thread of its own up to
     four items ahead through a queue, each take a ``wait_name`` NVTX range (the overlap lever)."""

@@ -8,7 +8,7 @@ bound of that other lever), but a lock held for less is this program's fix.
 """
 import threading
 
-from _known import Steady, args, cpu, wait
+from _known import Steady, args, cpu, wait, workers
 
 from labkit import annotate
 
@@ -29,8 +29,4 @@ def worker(first: int) -> None:
 
 
 with Steady(a.items):
-    threads = [threading.Thread(target=worker, args=(k,), name=f"worker{k}") for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    workers(worker)

@@ -8,7 +8,7 @@ prepares per thread: 4x.
 """
 import threading
 
-from _known import Steady, args, cpu
+from _known import Steady, args, cpu, workers
 
 from labkit import annotate
 
@@ -26,8 +26,4 @@ def worker(first: int) -> None:
 
 
 with Steady(a.items):
-    threads = [threading.Thread(target=worker, args=(k,), name=f"worker{k}") for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    workers(worker)
