@@ -441,6 +441,25 @@ def fit_carry(state_dir: Path, gpu_dir: Path) -> str:
     return f"next call carries {size() / 2**20:.1f} MiB of 64{note}"
 
 
+def _merge_provenance(provenance: Path, before: dict, state: Path) -> None:
+    """The folder's provenance after a call: the call's own, with what only the state knows once the
+    call's reference is written (every call's minutes, each step's seconds measured and modelled) and
+    what earlier calls said that this one does not (their note)."""
+    if not provenance.exists():
+        return
+    with tarfile.open(state) as t:
+        member = t.extractfile("progress.json")
+        progress = json.loads(member.read()) if member else {}
+    prov = {**before, **json.loads(provenance.read_text())}
+    if "note" in before and not before["note"].startswith("call "):  # an earlier call's note says which call
+        prov["note"] = f"call {before.get('calls', 1)}: {before['note']}"
+    for key, name in (("call_minutes", "call_minutes"), ("step_seconds", "seconds"),
+                      ("step_modelled_seconds", "modelled")):
+        if name in progress:
+            prov[key] = progress[name]
+    provenance.write_text(json.dumps(prov, indent=1) + "\n")
+
+
 def fetch(args) -> int:
     src = Path(args.folder)
     if not (src / "state.tgz").exists():
@@ -458,11 +477,14 @@ def fetch(args) -> int:
     if (src / "reference.tgz").exists():
         with tarfile.open(src / "reference.tgz") as tar:
             names = tar.getnames()
+            machine = names[0].split("/")[0] if names else None
+            earlier = args.dest / str(machine) / "provenance.json"
+            before = json.loads(earlier.read_text()) if machine and earlier.is_file() else {}
             tar.extractall(args.dest, filter="data")
         print(f"record_reference: unpacked {len(names)} files into {args.dest}")
-        machine = names[0].split("/")[0] if names else None
         if machine:  # what a later session resumes from: the ignored state folder does not outlive this one
             _without_caches(src / "state.tgz", args.dest / machine / STATE_IN_FOLDER)
+            _merge_provenance(args.dest / machine / "provenance.json", before, src / "state.tgz")
             print(f"record_reference: the state, for a later session, in {args.dest / machine / STATE_IN_FOLDER} "
                   "(commit it with the folder)")
     print(f"record_reference: {fit_carry(args.state_dir, args.gpu_dir)}")

@@ -7,6 +7,7 @@ complete reference folder. Real parts only: the lab's steps run the application 
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -91,6 +92,8 @@ def test_two_budgeted_calls_resume_and_complete_the_reference(tmp_path):
     prov = json.loads((folder / "provenance.json").read_text())
     assert prov["complete"] and prov["commit"] == commit and prov["calls"] == 2 and prov["mode"] == "small"
     assert prov["gpu"] == "cpu"
+    assert [c["call"] for c in prov["call_minutes"]] == [1, 2]  # each call's minutes, the last one's too
+    assert all(c["measured"] > 0 for c in prov["call_minutes"])
     assert [r["step"] for r in Ledger(folder / "ledger.jsonl").rows()] == [r["step"] for r in rows]
     # the baseline's export and timeline (call 1) and the queued run's (call 2), side by side
     assert {"doctor.txt", "baseline.sqlite", "timeline_baseline.png", "timeline_queues.png"} <= {
@@ -191,19 +194,23 @@ def test_fetch_fits_the_next_calls_carry_caches_first(tmp_path):
 def test_a_later_session_resumes_the_committed_h200_recording(tmp_path):
     """The H200 recording's ignored state was lost with its session: prepare --resume rebuilds it from
     the committed folder (its provenance and ledger), and the state keeps the GPU it was recorded on."""
-    folder = ROOT / "reports" / "reference" / "h200"
-    prov = json.loads((folder / "provenance.json").read_text())
-    state = tmp_path / "state"
-    res = driver("prepare", "--state-dir", state, "--resume", folder)
-    assert res.returncode == 0 and "rebuilt from" in res.stdout, res.stderr
-    work = tmp_path / "work"
-    with tarfile.open(state / "state.tgz") as tar:
-        tar.extractall(work, filter="data")
-    progress = json.loads((work / "progress.json").read_text())
-    assert progress["done"] == prov["steps_done"] and progress["calls"] == prov["calls"] == 1
-    assert progress["gpu"] == "NVIDIA H200" and progress["seconds"]["baseline"] == prov["step_seconds"]["baseline"]
-    rows = [r["step"] for r in Ledger(work / "reports" / "ledger.jsonl").rows()]
-    assert rows == [r["step"] for r in Ledger(folder / "ledger.jsonl").rows()]
+    committed = ROOT / "reports" / "reference" / "h200"
+    prov = json.loads((committed / "provenance.json").read_text())
+    bare = tmp_path / "h200"  # the folder as 2026-11-26 left it: no record-state.tgz beside it
+    shutil.copytree(committed, bare, ignore=shutil.ignore_patterns("record-state.tgz", "*.sqlite", "*.png"))
+    for folder, how in ((committed, "from"), (bare, "rebuilt from")):
+        state = tmp_path / f"state-{folder == bare}"
+        res = driver("prepare", "--state-dir", state, "--resume", folder)
+        assert res.returncode == 0 and f": {how} " in res.stdout, res.stderr
+        work = tmp_path / f"work-{folder == bare}"
+        with tarfile.open(state / "state.tgz") as tar:
+            tar.extractall(work, filter="data")
+        progress = json.loads((work / "progress.json").read_text())
+        assert progress["done"] == prov["steps_done"] and progress["calls"] == prov["calls"] == 2
+        assert progress["gpu"] == "NVIDIA H200"
+        assert progress["seconds"]["baseline"] == prov["step_seconds"]["baseline"]
+        rows = [r["step"] for r in Ledger(work / "reports" / "ledger.jsonl").rows()]
+        assert rows == [r["step"] for r in Ledger(folder / "ledger.jsonl").rows()]
     # on this machine (no GPU) the call stops in one line: the folder holds the H200's figures
     res = driver("run", "--budget", 600, "--out", tmp_path / "out", "--work", tmp_path / "fresh", "--mode", "small",
                  "--model", "cpu", "--steps", "ort_int8", "--state-dir", state)
