@@ -47,19 +47,58 @@ def sync_copies(ev: Evidence) -> list[dict]:
                 "the copies still take their copy-engine time but overlap other work; " + OTHERS_KEEP)]
 
 
+PINNED_GBPS = {7: 12.0, 8: 25.0, 9: 50.0, 10: 50.0}
+"""The host-device rate pinned copies reach where a report measured none, by the GPU's compute
+capability and the PCIe link its generation shipped with (GB/s, one direction: Volta and Turing on
+Gen3 x16, Ampere and Ada on Gen4, Hopper and Blackwell on Gen5). Measured: 51 GB/s on an H200
+(tests/programs/known/gpu_pageable.py --fix, 2026-11-28). An assumption the finding states."""
+
+
+def _pinned_gbps(ev: Evidence, pinned: pd.DataFrame) -> tuple[float, str]:
+    """(GB/s, where it comes from): this report's own pinned host copies of 1 MB or more, else the
+    link the GPU's generation shipped with."""
+    big = pinned[pinned["bytes"] >= 1 << 20]
+    if len(big) and big["duration_ns"].sum() > 0:
+        gbps = float(big["bytes"].sum()) / float(big["duration_ns"].sum())
+        return gbps, f"{gbps:.1f} GB/s, the rate of this report's {len(big)} pinned copies of 1 MB or more"
+    gpu = ev.rep.gpu
+    major = int(gpu["compute_major"].iloc[0]) if "compute_major" in gpu and len(gpu) else 0
+    gbps = PINNED_GBPS.get(major, PINNED_GBPS[7] if major < 7 else PINNED_GBPS[10])
+    name = str(gpu["name"].iloc[0]) if "name" in gpu and len(gpu) else "this GPU"
+    return gbps, (f"{gbps:g} GB/s, the PCIe link of {name}'s generation (compute capability {major}; "
+                  "no pinned copy in this report measured it)")
+
+
 def pageable(ev: Evidence) -> list[dict]:
-    """Async copies to or from pageable memory run synchronously (nsys analyze: cuda_memcpy_async)."""
-    cc = ev.in_window(idle.copy_calls(ev.rep))
-    calls = cc[cc["pageable"] & cc["name"].astype(str).str.contains("Async", regex=False)] if len(cc) else cc
-    b, waited, tid = ev.waited_bound(calls, ev.copy_ms)
-    if waited <= 0:
+    """Copies to or from pageable host memory: the driver stages them through a pinned buffer, so an
+    async one runs synchronously (nsys analyze: cuda_memcpy_async) and each runs at the host's
+    memcpy rate, not the link's. Pinned, a copy takes its bytes at the pinned rate; the estimate
+    replaces the pageable copies' copy-engine time in the window with that."""
+    m = ev.in_window(ev.rep.memcpy)
+    paged = m[m["pageable"]] if len(m) else m
+    if len(paged) == 0 or ev.wall_ms <= 0:
         return []
-    m = ev.rep.memcpy
-    mb = float(m.merge(calls[["pid", "correlation_id"]], on=["pid", "correlation_id"])["bytes"].sum()) / 1e6
-    text = (f"{len(calls)} asynchronous copy calls touch pageable host memory ({mb:.1f} MB), so they ran "
-            f"synchronously; thread {tid} was blocked in them {waited:.1f} ms of {ev.wall_ms:.0f} ms")
-    return [row("pageable_memcpy", "Asynchronous copies use pageable host memory", text, "pin_memory", b, "bound",
-                "pinned, the copies keep their copy-engine time but no longer block the thread; " + OTHERS_KEEP)]
+    gbps, source = _pinned_gbps(ev, m[m["pinned"]])
+    s, e = paged["start_ns"].to_numpy(), paged["end_ns"].to_numpy()
+    w0, w1 = ev.window
+    now_ms = idle.busy_in(*idle.busy_intervals(s, e), w0, w1) / 1e6
+    mb = float(paged["bytes"].sum()) / 1e6
+    pinned_ms = mb / gbps  # MB / (GB/s) = ms
+    saves = max(0.0, now_ms - pinned_ms)
+    b = ev.wall_ms / max(ev.wall_ms - saves, ev.sm_ms, 1e-9)
+    cc = ev.in_window(idle.copy_calls(ev.rep))
+    blocked = cc[cc["pageable"]] if len(cc) else cc
+    waits = ""
+    if len(blocked):
+        _, waited, tid = ev.waited_bound(blocked)
+        waits = f"; thread {tid} was blocked in them {waited:.1f} ms"
+    text = (f"{len(paged)} copies touch pageable host memory ({mb:.1f} MB at {mb / max(now_ms, 1e-9):.1f} GB/s, "
+            f"{now_ms:.1f} ms of copy-engine time in {ev.wall_ms:.0f} ms){waits}; pinned, they would take about "
+            f"{pinned_ms:.1f} ms; an upper bound, were they free: "
+            f"{ev.wall_ms / max(ev.wall_ms - now_ms, ev.sm_ms, 1e-9):.2f}x")
+    return [row("pageable_memcpy", "Copies use pageable host memory", text, "pin_memory", b, "estimate",
+                f"pinned copies move their bytes at {source}; the copies stay where they are in the run "
+                f"(async, they could also overlap other work: not counted); {OTHERS_KEEP}")]
 
 
 def starvation(ev: Evidence) -> list[dict]:
@@ -96,8 +135,8 @@ def low_utilization(ev: Evidence) -> list[dict]:
     text = (f"kernels kept the SMs busy {busy:.1%} of {ev.wall_ms:.0f} ms ({ev.sm_ms:.1f} ms; copies "
             f"{ev.copy_ms:.1f} ms apart, not counted)")
     return [row("gpu_low_utilization", "The GPU's SMs are idle most of the time", text, "batch", ev.wall_ms / ev.sm_ms,
-                "bound", "no run is faster than its kernels at their measured times; reaching it needs all host "
-                "work and copies overlapped with them")]
+                "estimate", "the kernels keep their measured times (batching merges them, and a merged kernel can "
+                "take less than their sum); reaching it needs all host work and copies overlapped with them")]
 
 
 def launch_bound(ev: Evidence) -> list[dict]:
@@ -116,8 +155,9 @@ def launch_bound(ev: Evidence) -> list[dict]:
         return []
     text = (f"{len(k)} kernels in {ev.wall_ms:.0f} ms" + (f" ({len(k) / ev.batches:.0f} a batch)" if ev.batches else "")
             + f", median {med_us:.1f} us; {len(launches)} launch calls; thread {tid} spent {waited:.1f} ms in them")
-    return [row("launch_bound", "Many tiny kernels: the run is launch-bound", text, "cuda_graphs", b, "bound",
-                "a graph replay costs nothing next to the launches it replaces; " + OTHERS_KEEP)]
+    return [row("launch_bound", "Many tiny kernels: the run is launch-bound", text, "cuda_graphs", b, "estimate",
+                "a graph replay costs nothing next to the launches it replaces and only the launch calls' time "
+                "is saved (the framework's work around each launch may go too: it can gain more); " + OTHERS_KEEP)]
 
 
 def gpu_bound(ev: Evidence) -> list[dict]:
