@@ -271,3 +271,12 @@ def test_the_h200_baselines_gaps_are_its_stages_work_and_its_window_is_not_stret
     m = WhatIf(r, a.attrs["window"], a.attrs["stages"])
     poll = m.threads.loc[m.threads["tid"].isin(m.helpers), "own_ms"]
     assert poll.max() < 0.1 * (w1 - w0) / 1e6
+
+
+def test_a_stage_that_takes_one_item_a_call_has_no_batch_to_fill():
+    """The H200's interval3 run (reports/reference/h200, batch 32): 'decode' reads one frame a call
+    (and one end-of-stream call on none); it was called 3 % full, its fit over the sizes 0 and 1 giving
+    a negative cost an item, and 'infer' (10 or 11 frames a call) a negative one too."""
+    a = advise(rep(str(ROOT / "reports" / "reference" / "h200" / "interval3.sqlite")))
+    under = a[a["rule"] == "underfilled_batches"]
+    assert "decode" not in set(under["stage"]) and "infer" not in set(under["stage"]), under

@@ -4,6 +4,7 @@ accounting, blocked time apart from work, and the steady window inside the trace
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,10 @@ from labkit.judge.accounting import account, steady_window_of
 from labkit.stats.stages import trace_span
 
 FIXTURES = Path(__file__).parent / "fixtures"
-REPORTS = sorted(p for p in FIXTURES.rglob("*.sqlite"))
+REFERENCE = Path(__file__).resolve().parents[1] / "reports" / "reference"
+REPORTS = sorted(p for p in FIXTURES.rglob("*.sqlite")) + sorted(REFERENCE.rglob("*.sqlite"))
+"""Other people's reports and ours, the lab's reference runs on CPUs, an H100 and an H200 among them."""
+PER_ITEM = re.compile(r"plus (-?[\d.]+) ms an item")
 
 
 def _load(path):
@@ -23,7 +27,7 @@ def _load(path):
         pytest.skip(f"{path.name}: {exc}")
 
 
-@pytest.mark.parametrize("path", REPORTS, ids=[p.stem for p in REPORTS])
+@pytest.mark.parametrize("path", REPORTS, ids=[f"{p.parent.name}/{p.stem}" for p in REPORTS])
 def test_judgement_invariants_hold_on_every_report(path):
     rep = _load(path)
     t0, t1 = trace_span(rep)
@@ -37,6 +41,8 @@ def test_judgement_invariants_hold_on_every_report(path):
             if math.isfinite(p) and w > s:
                 assert p <= w / (w - s) * (1 + 1e-6), (r["rule"], p, w, s)  # never above its own Amdahl limit
             assert not (r["basis"] == "bound" and s <= 0), r["rule"]  # a finding that removes nothing bounds nothing
+            for cost in PER_ITEM.findall(r["evidence"]):  # a fitted call: no item costs less than nothing
+                assert float(cost) >= 0, (r["rule"], r["evidence"])
         rules = set(a["rule"])
         assert not {"gpu_bound", "gpu_low_utilization"} <= rules  # the GPU is never both the limit and idle
         if len(a):

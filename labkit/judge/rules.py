@@ -472,13 +472,14 @@ def underfilled(ev: Evidence) -> list[dict]:
         r = r.assign(items=items[r.index.to_numpy()])
         if ev.batches:
             r = r[r["payload"].astype("float64") >= ev.warmup]
-        if r["items"].nunique() < 2:
-            continue
+        r = r[r["items"] > 0]  # a call on no items (an end-of-stream marker) is no batch
+        if r["items"].nunique() < 2 or r["items"].max() <= 1:
+            continue  # one call size, or a stage that never took more than one item a call: no fit
         slope, fixed = np.polyfit(r["items"].to_numpy(float), r["duration_ns"].to_numpy(float) / 1e6, 1)
         needed = math.ceil(n / ev.batch_size)
         saved = fixed * (calls - needed)
-        if fixed <= 0 or saved <= 0:
-            continue
+        if fixed <= 0 or slope < 0 or saved <= 0:
+            continue  # an item cannot cost less than nothing: the calls do not follow the model
         mine = ev.load[ev.load["stage"] == stage]
         if mine.empty:
             continue
