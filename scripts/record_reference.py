@@ -353,6 +353,12 @@ STATE_IN_FOLDER = "record-state.tgz"
 """The recording's state (caches left out) in its committed reference folder."""
 
 
+PROGRESS_IN_PROVENANCE = {"call_minutes": "call_minutes", "step_seconds": "seconds",
+                          "step_modelled_seconds": "modelled"}
+"""What a folder's provenance.json keeps of the state's progress.json (provenance key: progress key):
+fetch writes it there, state_from_folder reads it back."""
+
+
 def state_from_folder(folder: Path, state: Path) -> str:
     """Write ``state`` (a state.tgz) from the committed reference folder ``folder``: its
     ``record-state.tgz``, else progress rebuilt from ``provenance.json`` (the steps done, their
@@ -369,9 +375,9 @@ def state_from_folder(folder: Path, state: Path) -> str:
                          "its provenance.json): name a folder that scripts/record_reference.py fetch wrote") from None
     if not (folder / "ledger.jsonl").is_file():
         raise SystemExit(f"record_reference: {folder} has no ledger.jsonl: name a folder that fetch wrote")
-    progress = {"done": done, "attempts": {s: 1 for s in done}, "seconds": prov.get("step_seconds", {}),
-                "modelled": prov.get("step_modelled_seconds", {}), "calls": int(prov.get("calls", 0)),
-                "call_minutes": prov.get("call_minutes", []),
+    progress = {"done": done, "attempts": {s: 1 for s in done}, "calls": int(prov.get("calls", 0)),
+                **{mine: prov.get(key, [] if mine == "call_minutes" else {})
+                   for key, mine in PROGRESS_IN_PROVENANCE.items()},
                 "gpu": str(prov.get("gpu", "cpu")).split(" (")[0]}  # nvidia-smi's name, before any notes
     from labbook.record_state import tar
 
@@ -453,8 +459,7 @@ def _merge_provenance(provenance: Path, before: dict, state: Path) -> None:
     prov = {**before, **json.loads(provenance.read_text())}
     if "note" in before and not before["note"].startswith("call "):  # an earlier call's note says which call
         prov["note"] = f"call {before.get('calls', 1)}: {before['note']}"
-    for key, name in (("call_minutes", "call_minutes"), ("step_seconds", "seconds"),
-                      ("step_modelled_seconds", "modelled")):
+    for key, name in PROGRESS_IN_PROVENANCE.items():
         if name in progress:
             prov[key] = progress[name]
     provenance.write_text(json.dumps(prov, indent=1) + "\n")

@@ -31,7 +31,7 @@ import pandas as pd
 
 from labkit.report.cpu import osrt_calls
 from labkit.stats.blocked import blocked_intervals, is_wait
-from labkit.stats.idle import busy_in, busy_intervals, engine_busy
+from labkit.stats.idle import busy_in, busy_intervals, engine_busy, launch_calls
 from labkit.stats.stages import domains, trace_span
 
 __all__ = ["Accounting", "account", "chosen_window", "steady_window_of", "THREAD_COLUMNS", "WARMUP_SHARE", "MAX_WARMUP"]
@@ -95,8 +95,7 @@ def steady_window_of(rep) -> tuple[tuple[int, int], str]:
                                   f"out as warm-up: start-up, compilation, first iterations)")
     k = rep.kernels
     if len(k):
-        api = rep.cuda_api
-        launch = api[api["name"].astype(str).str.contains("Launch", regex=False)] if len(api) else api
+        launch = launch_calls(rep)
         w0 = int(launch["start_ns"].min()) if len(launch) else int(k["start_ns"].min())
         if t0 < w0 < t1:
             return (w0, t1), ("steady window: from the first kernel launch (CUDA context creation, module loading "

@@ -22,6 +22,7 @@ from labkit.judge import rules as advice_rules
 from labkit.judge.accounting import account, chosen_window
 from labkit.judge.evidence import ADVICE_COLUMNS, DECODE_BOUND, LEVERS, MIN_GAIN, SKIP_EVERY, Evidence, row
 from labkit.report.window import windowed
+from labkit.stats import idle
 from labkit.stats import stages as analysis
 
 __all__ = ["advise", "next_lever", "finding_sentence", "AdviseError", "ADVICE_COLUMNS", "LEVERS", "annotated_stages",
@@ -164,9 +165,8 @@ def _launch_work_ms(ev: Evidence, busiest) -> float:
     ranges hold them, those stages' time (the framework's work around each launch goes with it: on an
     H200, batching 500 one-kernel adds into one measured 382x where the launch calls alone promised
     1.74x, tests/programs/known/gpu_tiny_launches.py)."""
-    api = ev.in_window(ev.rep.cuda_api)
-    mine = api[(api["global_tid"] == busiest["global_tid"]) & api["name"].astype(str).str.contains("Launch",
-                                                                                                  regex=False)]
+    launches = ev.in_window(idle.launch_calls(ev.rep))
+    mine = launches[launches["global_tid"] == busiest["global_tid"]] if len(launches) else launches
     calls_ms = float(mine["duration_ns"].sum()) / 1e6
     nv = ev.rep.nvtx
     if not len(mine) or not len(nv) or ev.load.empty:

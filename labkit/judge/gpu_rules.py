@@ -148,8 +148,7 @@ def launch_bound(ev: Evidence) -> list[dict]:
     many = len(k) / ev.batches >= MANY_KERNELS_PER_BATCH if ev.batches else len(k) >= MANY_KERNELS
     if med_us >= TINY_KERNEL_US or not many:
         return []
-    api = ev.in_window(ev.rep.cuda_api)
-    launches = api[api["name"].astype(str).str.contains("Launch", regex=False)]
+    launches = ev.in_window(idle.launch_calls(ev.rep))
     b, waited, tid = ev.waited_bound(launches)
     if waited <= 0:
         return []

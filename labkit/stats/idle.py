@@ -17,7 +17,7 @@ import pandas as pd
 from labkit.report.window import restrict, windowed
 
 __all__ = ["busy_intervals", "union_of", "gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown", "SYNC_CALLS", "SM_KINDS",
-           "COPY_KINDS", "sync_calls", "copy_calls"]
+           "COPY_KINDS", "sync_calls", "copy_calls", "launch_calls"]
 
 SM_KINDS = ("kernel", "graph")
 COPY_KINDS = ("memcpy", "memset")
@@ -35,6 +35,13 @@ def sync_calls(rep) -> pd.DataFrame:
     """CUDA API calls that wait for the GPU (:data:`SYNC_CALLS`)."""
     api = rep.cuda_api
     return api[_base(api["name"]).isin(SYNC_CALLS)] if len(api) else api
+
+
+def launch_calls(rep) -> pd.DataFrame:
+    """CUDA API calls that launch work on the GPU (kernels, graphs, cooperative launches: a name with
+    ``Launch`` in it)."""
+    api = rep.cuda_api
+    return api[api["name"].astype(str).str.contains("Launch", regex=False)] if len(api) else api
 
 
 def copy_calls(rep) -> pd.DataFrame:
