@@ -98,6 +98,7 @@ _ALL = [
     Program("gil_turns", "gil_turns.py", ("release_lock",), None, 2.0),
     Program("child_per_item", "child_per_item.py", ("in_flight",), None, 2.0),
     Program("map_then_reduce", "map_then_reduce.py", ("overlap_stages",), "reduce", 1.45, limiter=("map", "reduce")),
+    Program("poll_consumer", "poll_consumer.py", ("cheaper_stage",), "produce", 4.0),
     Program("balanced", "balanced.py", (), None, 1.0),
     Program("startup_heavy", "startup_heavy.py", ("overlap_stages",), "load", 1.7, limiter=("load", "step")),
     Program("gpu_pageable", "gpu_pageable.py", ("pin_memory",), None, 2.0, gpu=True),

@@ -148,6 +148,45 @@ def test_without_os_calls_a_threads_time_after_its_last_range_is_not_work(tmp_pa
 
 
 @pytest.mark.nsys
+def test_a_polling_loop_a_peer_ends_waits_on_that_peer_and_one_on_a_timer_stays_latency(tmp_path):
+    """Two polling loops, both naps of clock_nanosleep to nsys: the main thread polls a queue that a
+    producer fills after each 'produce' (20 ms), and a watcher thread polls the clock for deadlines 13
+    ms apart, which no thread sets. The main thread's loops end in the nap during which the producer
+    ended a range, nearly all of them: waits on that peer. The watcher's end there only as often as
+    chance puts a peer's act in a 2 ms nap: its naps stay latency, its own time."""
+    from labkit.stats.blocked import blocked_intervals, peer_polls
+
+    prog = tmp_path / "two_polls.py"
+    prog.write_text(
+        "import queue, threading, time\nfrom labkit import annotate\nfrom _known import cpu\n"
+        "q = queue.Queue()\n"
+        "def produce():\n    for i in range(25):\n"
+        "        with annotate.range('produce', batch=i, items=1):\n            cpu(20)\n        q.put(i)\n"
+        "def watch():\n    t = time.perf_counter()\n    for k in range(1, 39):\n"
+        "        while time.perf_counter() < t + 0.013 * k:\n            time.sleep(0.002)\n"
+        "threading.Thread(target=produce, name='producer').start()\n"
+        "threading.Thread(target=watch, name='watcher').start()\n"
+        "for _ in range(25):\n    while True:\n        try:\n            i = q.get_nowait()\n            break\n"
+        "        except queue.Empty:\n            time.sleep(0.001)\n"
+        "    with annotate.range('consume', batch=i, items=1):\n        cpu(3)\n")
+    rep = _profile_inline(prog, tmp_path, ("cuda", "nvtx", "osrt"))
+    o = rep.osrt
+    naps = o[o["name"].astype(str).str.contains("sleep")]
+    by = naps.groupby("global_tid")["duration_ns"].agg(["count", "median"])
+    main = int(by.index[(by["median"] < 1.5e6) & (by["count"] > 100)][0])  # 1 ms naps, hundreds of them
+    watcher = int(by.index[(by["median"] > 1.5e6) & (by["count"] > 100)][0])  # 2 ms naps
+    peer = set(peer_polls(rep))
+    mine, theirs = naps[naps["global_tid"] == main], naps[naps["global_tid"] == watcher]
+    assert mine.index.isin(peer).mean() > 0.8, mine.index.isin(peer).mean()
+    assert not theirs.index.isin(peer).any()
+    lat = blocked_intervals(rep, kind="latency")
+    watcher_lat = int((lat[watcher][1] - lat[watcher][0]).sum())
+    assert watcher_lat >= 0.95 * theirs["duration_ns"].sum()
+    main_lat = int((lat[main][1] - lat[main][0]).sum()) if main in lat else 0
+    assert main_lat < 0.2 * mine["duration_ns"].sum(), (main_lat, mine["duration_ns"].sum())
+
+
+@pytest.mark.nsys
 def test_a_thread_busy_under_half_the_window_is_not_called_the_bound(tmp_path):
     """The main thread prepares (10 ms, a range) and then waits for a child process that has no ranges
     (it sleeps 150 ms): no thread with ranges was busy most of the window, and the bottleneck sentence

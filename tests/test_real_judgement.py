@@ -57,7 +57,7 @@ def test_the_cuda_drivers_threads_wait_for_work():
     """The unannotated CUTLASS run: its main thread is blocked in one synchronous copy and one sync;
     the CUDA driver's event thread sits in poll all along, waiting for work. It had read as the
     limiting thread, blocked on its input (parallel_input, 1.60x)."""
-    from labkit.judge.accounting import runtime_threads
+    from labkit.stats.blocked import runtime_threads
 
     r = rep("wenscarl_2023.2_cutlass_report1")
     names = r.threads.set_index("global_tid")["thread_name"]

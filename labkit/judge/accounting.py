@@ -23,7 +23,6 @@ whole trace.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -241,20 +240,6 @@ def thread_label(name: pd.Series, tid: pd.Series) -> np.ndarray:
     """Threads' labels: the name and tid ("python3 (tid 665)"), or "tid 665" where the name is empty."""
     name, tid = name.fillna("").astype(str), tid.astype(str)
     return np.where(name != "", name + " (tid " + tid + ")", "tid " + tid)
-
-
-RUNTIME_THREADS = re.compile(r"^(cuda-EvtHandlr|cuda[0-9a-f]{8,}|CUPTI worker thread|\[NSys[^\]]*\])$")
-"""Names of the threads the CUDA driver (its event handler, its workers), CUPTI and nsys start in a
-profiled process: they wait for work, whatever they are blocked in; never the program's own."""
-
-
-def runtime_threads(rep) -> set[int]:
-    """Global tids of the report's :data:`RUNTIME_THREADS`."""
-    t = rep.threads
-    if len(t) == 0 or "thread_name" not in t.columns:
-        return set()
-    named = t["thread_name"].fillna("").astype(str).str.match(RUNTIME_THREADS)
-    return set(t.loc[named, "global_tid"].astype("int64"))
 
 
 def thread_names(rep) -> dict[int, str]:

@@ -16,6 +16,8 @@ __all__ = ["bottleneck", "Bottleneck"]
 
 IDLE_MOST = 0.5
 """A thread busy less than half the window did not bound it: something else held the run the rest."""
+BETWEEN_SAID = 0.1
+"""The limiting thread's latency between its ranges is said when it holds at least this share of the window."""
 
 
 
@@ -166,11 +168,16 @@ def _bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
         return Bottleneck("Only waiting ranges or envelopes were found; no stage did measurable work"
                           f" ({sm}{copies}).", None, None, None,
                           0.0, 0.0, wall_ms, gpu_frac, table, copy_frac, False)
-    top_tid = busy.idxmax()
-    frac = float(busy.max() / wall_ns)
+    # a thread is occupied by its work, its latency inside its ranges (both in busy) and its latency
+    # between them (an unannotated read of its input): all of it holds the run
+    between = pd.Series({g: max(busy_in(*latency[int(g)], w0, w1) - float(waited.get(g, 0)), 0.0)
+                         if latency.get(int(g)) is not None else 0.0 for g in busy.index}, dtype="float64")
+    occupied = busy + between
+    top_tid = occupied.idxmax()
+    frac, occ = float(busy[top_tid] / wall_ns), float(occupied[top_tid] / wall_ns)
     row = per[per["global_tid"] == top_tid].iloc[0]
-    gpu_bound = gpu_frac > frac and gpu_frac >= copy_frac
-    if copy_frac > max(frac, gpu_frac):
+    gpu_bound = gpu_frac > occ and gpu_frac >= copy_frac
+    if copy_frac > max(occ, gpu_frac):
         sentence = (f"Copies bound throughput: the copy engines were busy {copy_frac:.0%} of {wall_ms:.1f} ms, more "
                     f"than the SMs ({gpu_frac:.0%}) or any thread (busiest: {row['thread']} at {frac:.0%}, mostly "
                     f"'{row['stage']}').")
@@ -178,17 +185,24 @@ def _bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
         sentence = (f"The GPU bound throughput: kernels kept the SMs busy {gpu_frac:.0%} of {wall_ms:.1f} ms, more "
                     f"than any thread was busy (busiest: {row['thread']} at {frac:.0%}, mostly '{row['stage']}')"
                     f"{copies}.")
-    elif frac < IDLE_MOST:
+    elif occ < IDLE_MOST:
         sentence = (f"No thread or engine was busy most of the {wall_ms:.1f} ms: the busiest, {row['thread']}, was busy "
                     f"{frac:.0%} (mostly '{row['stage']}', {row['self_ns'] / 1e6:.1f} ms), so the run waits on work its "
                     f"ranges do not show: another process, a thread without ranges, or time between ranges; {sm}"
                     f"{copies}.")
     else:
-        lat = float(waited.get(top_tid, 0)) / max(float(busy.max()), 1.0)
+        lat = float(waited.get(top_tid, 0)) / max(float(busy[top_tid]), 1.0)
+        out = float(between[top_tid]) / wall_ns
         how = (f"occupied {frac:.0%} of {wall_ms:.1f} ms, {lat:.0%} of it blocked in sleeps, reads or polls "
                f"(latency, not work)" if lat >= 0.5 else f"busy {frac:.0%} of {wall_ms:.1f} ms")
-        sentence = (f"Stage '{row['stage']}' on thread {row['thread']} bound throughput: that thread was {how}, "
-                    f"'{row['stage']}' itself {row['self_ns'] / 1e6:.1f} ms ({row['self_ns'] / wall_ns:.0%}); "
-                    f"{sm}{copies}.")
+        if out >= BETWEEN_SAID:
+            how = (f"occupied {occ:.0%} of {wall_ms:.1f} ms: blocked {out:.0%} between its ranges in sleeps, reads or "
+                   f"polls (latency: it waits on its input there), and in its ranges {how}")
+        stage_share = row["self_ns"] / wall_ns
+        sentence = (f"Thread {row['thread']} bound throughput, mostly waiting on its input: that thread was {how}; "
+                    f"its busiest stage, '{row['stage']}', {row['self_ns'] / 1e6:.1f} ms ({stage_share:.0%}); "
+                    f"{sm}{copies}." if out > stage_share else
+                    f"Stage '{row['stage']}' on thread {row['thread']} bound throughput: that thread was {how}, "
+                    f"'{row['stage']}' itself {row['self_ns'] / 1e6:.1f} ms ({stage_share:.0%}); {sm}{copies}.")
     return Bottleneck(sentence, str(row["stage"]), str(row["thread"]), int(row["tid"]), frac,
                       float(row["self_ns"] / 1e6), wall_ms, gpu_frac, table, copy_frac, gpu_bound)

@@ -10,7 +10,7 @@ A stage's own time is the same over its ranges' self time (nested ranges apart).
 runtime trace, waits outside ranges are invisible, so an annotated thread owns only the time of its
 ranges then. A thread without ranges of its own, where others have them, waits for work in its
 reads, polls and sleeps (a pool's result handler on its pipe): peer waits; so do the threads the CUDA
-driver, CUPTI and nsys start (:func:`~labkit.judge.accounting.runtime_threads`) in every report.
+driver, CUPTI and nsys start (:func:`~labkit.stats.blocked.runtime_threads`) in every report.
 
 In a steady, pipelined run the slowest resource sets the pace, so the model's run length is the
 largest own time of any thread, no shorter than the SMs' or the copy engines' busy time.
@@ -26,9 +26,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from labkit.judge.accounting import runtime_threads, thread_names
+from labkit.judge.accounting import thread_names
 from labkit.report.cpu import osrt_calls
-from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait, overlap_ns
+from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait, overlap_ns, runtime_threads
 from labkit.stats.idle import busy_intervals, union_of
 from labkit.stats.stages import stage_labels
 

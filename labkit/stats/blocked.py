@@ -10,7 +10,10 @@ A thread is *blocked* while it is in a call whose purpose is to wait, whatever r
   program's own word for it.
 
 A ``load_batch`` range that sleeps is therefore blocked, not work, as soon as the report traced the
-sleep. Everything here is per thread (``global_tid``), as sorted disjoint interval arrays.
+sleep. Blocked time waits either on the outside world (*latency*: a device, a file, a timer) or on a
+*peer* (another thread, the GPU): by the call (:data:`LATENCY_OSRT`), except a polling loop's naps
+that a peer ends (:func:`peer_polls`). Everything here is per thread (``global_tid``), as sorted
+disjoint interval arrays.
 """
 from __future__ import annotations
 
@@ -21,8 +24,9 @@ import pandas as pd
 
 from labkit.stats.idle import busy_intervals, copy_calls, sync_calls
 
-__all__ = ["BLOCKING_OSRT", "LATENCY_OSRT", "WAIT_WORDS", "is_wait", "blocking_osrt", "blocked_intervals",
-           "blocked_in", "covered_before", "overlap_ns", "Intervals"]
+__all__ = ["BLOCKING_OSRT", "LATENCY_OSRT", "RELEASING_OSRT", "RUNTIME_THREADS", "WAIT_WORDS", "is_wait",
+           "blocking_osrt", "blocked_intervals", "blocked_in", "covered_before", "overlap_ns", "peer_polls",
+           "runtime_threads", "Intervals"]
 
 BLOCKING_OSRT = re.compile(
     r"^(nanosleep|clock_nanosleep|usleep|sleep|pause|sigsuspend|sigwait\w*|sigtimedwait"
@@ -40,7 +44,33 @@ LATENCY_OSRT = re.compile(
 """The blocking calls that wait on the outside world (a device, a file, the network, a timer): their
 time is *latency*, which stays on the thread unless the lever overlaps it. Every other blocked
 time (locks, condition variables, joins, CUDA syncs, blocking copies, wait ranges) waits on a peer:
-another thread or the GPU."""
+another thread or the GPU. A polling loop's sleeps that a peer ends are peer waits (:func:`peer_polls`)."""
+
+SLEEP_OSRT = re.compile(r"^(nanosleep|clock_nanosleep|usleep|sleep)(_v\d+)?$")
+"""The OS runtime calls that nap for a set time: a run of them is a polling loop (:func:`peer_polls`)."""
+
+RELEASING_OSRT = re.compile(
+    r"^(write|writev|pwrite(64)?|pwritev2?|fwrite|fputs|fflush|send|sendto|sendmsg|sendmmsg"
+    r"|pthread_cond_(signal|broadcast)|sem_post|pthread_mutex_unlock|pthread_rwlock_unlock|kill|tgkill|raise"
+    r"|mq_send|msgsnd|eventfd_write)(_v\d+)?$")
+"""OS runtime calls that hand something to another thread or process (data, a signal, a permit): the
+events that can end a peer's poll (:func:`peer_polls`), besides the end of a work range."""
+
+RUNTIME_THREADS = re.compile(r"^(cuda-EvtHandlr|cuda[0-9a-f]{8,}|CUPTI worker thread|\[NSys[^\]]*\])$")
+"""Names of the threads the CUDA driver (its event handler, its workers), CUPTI and nsys start in a
+profiled process: they wait for work, whatever they are blocked in; never the program's own."""
+
+POLL_GAP = 0.25
+"""Two sleeps of one thread belong to one polling loop when the gap between them is at most this
+share of the shorter nap, and no range of that thread starts or ends and no other blocking call
+falls in it: the thread only checks a condition between naps."""
+POLL_RELEASED = 0.5
+"""A thread's polls wait on peers when at least this share of them ends in a nap during which a peer
+acted (ended a work range or made a :data:`RELEASING_OSRT` call)..."""
+POLL_OVER_CHANCE = 0.3
+"""...and that share exceeds by this much the share of instants, spread evenly over the polls' span,
+at which a peer acted in the preceding nap's length: peers that act all the time end every nap by
+chance, and tell nothing."""
 
 WAIT_WORDS = ("wait", "await", "idle", "queue", "sleep", "sync", "blocked", "blocking")
 """NVTX range names with one of these words count as waiting, not as work. Words, not substrings: the
@@ -77,11 +107,17 @@ def _wait_ranges(rep) -> pd.DataFrame:
     return r[r["name"].map(is_wait).astype(bool)]
 
 
+def _memo(rep, key, fn):
+    memo = getattr(rep, "memo", None)
+    return memo((key,), lambda: fn(rep)) if memo is not None else fn(rep)
+
+
 def blocked_intervals(rep, *, waits: bool = True, kind: str = "all") -> dict[int, Intervals]:
     """Per thread (``global_tid``), the merged intervals during which it was blocked: blocking OS
     runtime calls, synchronizing CUDA calls and blocking copies, and (``waits=True``) NVTX ranges
     named as waits. ``kind="latency"``: only the OS calls that wait on the outside world
-    (:data:`LATENCY_OSRT`); ``kind="peer"``: everything else (waits on another thread or the GPU).
+    (:data:`LATENCY_OSRT`, less the polls a peer ended: :func:`peer_polls`); ``kind="peer"``:
+    everything else (waits on another thread or the GPU).
     Built once per report (``Report.memo``): stage_table, the accounting, bottleneck and the what-if
     model all read it."""
     memo = getattr(rep, "memo", None)
@@ -90,10 +126,104 @@ def blocked_intervals(rep, *, waits: bool = True, kind: str = "all") -> dict[int
     return _blocked_intervals(rep, waits=waits, kind=kind)
 
 
+def runtime_threads(rep) -> set[int]:
+    """Global tids of the report's :data:`RUNTIME_THREADS`."""
+    t = rep.threads
+    if len(t) == 0 or "thread_name" not in t.columns:
+        return set()
+    named = t["thread_name"].fillna("").astype(str).str.match(RUNTIME_THREADS)
+    return set(t.loc[named, "global_tid"].astype("int64"))
+
+
+def _peer_events(rep) -> pd.DataFrame:
+    """global_tid, t_ns: when each thread (the runtime's left out) ended a work range or made a call
+    that hands something over (:data:`RELEASING_OSRT`), sorted by time."""
+    parts = []
+    nv = rep.nvtx
+    if len(nv):
+        r = nv[nv["kind"] != "mark"]
+        r = r[~r["name"].map(is_wait).astype(bool)] if len(r) else r
+        parts.append(pd.DataFrame({"global_tid": r["global_tid"].to_numpy(np.int64), "t_ns": r["end_ns"].to_numpy(np.int64)}))
+    o = rep.osrt
+    if len(o):
+        o = o[o["name"].astype(str).str.match(RELEASING_OSRT)]
+        parts.append(pd.DataFrame({"global_tid": o["global_tid"].to_numpy(np.int64), "t_ns": o["end_ns"].to_numpy(np.int64)}))
+    ev = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"global_tid": [], "t_ns": []}, dtype=np.int64)
+    ev = ev[~ev["global_tid"].isin(runtime_threads(rep))]
+    return ev.sort_values("t_ns", kind="stable")
+
+
+def _acted(times: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Whether some instant of the sorted ``times`` lies in each [lo, hi]."""
+    return np.searchsorted(times, hi, side="right") > np.searchsorted(times, lo, side="left")
+
+
+def _polls(naps: pd.DataFrame, calls: pd.DataFrame, bounds: np.ndarray) -> np.ndarray:
+    """For one thread's sleeps (sorted by start), the id of the polling loop each belongs to (-1: a
+    single nap, no loop): consecutive naps with a short gap (:data:`POLL_GAP`) in which ``bounds``
+    (its ranges' starts and ends, sorted) and ``calls`` (its other blocking calls' starts, sorted)
+    have nothing."""
+    s, e = naps["start_ns"].to_numpy(np.int64), naps["end_ns"].to_numpy(np.int64)
+    if len(s) < 2:
+        return np.full(len(s), -1)
+    gap = s[1:] - e[:-1]
+    nap = np.minimum(e[:-1] - s[:-1], e[1:] - s[1:])
+    quiet = (np.searchsorted(bounds, s[1:], side="left") == np.searchsorted(bounds, e[:-1], side="right")) & \
+            (np.searchsorted(calls, s[1:], side="left") == np.searchsorted(calls, e[:-1], side="right"))
+    linked = (gap >= 0) & (gap <= POLL_GAP * nap) & quiet
+    loop = np.r_[0, np.cumsum(~linked)]  # naps of one loop share a number
+    size = np.bincount(loop)
+    return np.where(size[loop] >= 2, loop, -1)
+
+
+def peer_polls(rep) -> pd.Index:
+    """The OS runtime rows (index of ``rep.osrt``) of sleeps in polling loops that a peer ended.
+
+    A *polling loop* is two or more naps of one thread with next to nothing between them (:func:`_polls`):
+    the thread checks a condition between naps. The loop ends when the condition holds; if a peer
+    (another traced thread or process, not the runtime's) acted during its last nap, ended a work
+    range or made a :data:`RELEASING_OSRT` call, the peer made it hold: the loop waited on that peer.
+    A thread's loops count so only where most end that way (:data:`POLL_RELEASED`) and far more often
+    than chance (:data:`POLL_OVER_CHANCE`); its loops that no peer ended stay latency.
+    """
+    o = blocking_osrt(rep)
+    if len(o) == 0:
+        return pd.Index([])
+    naps = o[o["name"].astype(str).str.match(SLEEP_OSRT)]
+    if len(naps) < 2:
+        return pd.Index([])
+    events = _peer_events(rep)
+    nv = rep.nvtx
+    ranges = nv[nv["kind"] != "mark"] if len(nv) else nv
+    out = []
+    for g, mine in naps.sort_values("start_ns", kind="stable").groupby("global_tid", sort=False):
+        others = events.loc[events["global_tid"] != g, "t_ns"].to_numpy(np.int64)
+        if len(others) == 0:
+            continue
+        r = ranges[ranges["global_tid"] == g] if len(ranges) else ranges
+        bounds = np.sort(np.r_[r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64)]) if len(r) else \
+            np.zeros(0, np.int64)
+        calls = np.sort(o.loc[(o["global_tid"] == g) & ~o.index.isin(naps.index), "start_ns"].to_numpy(np.int64))
+        loop = _polls(mine, calls, bounds)
+        if (loop >= 0).sum() == 0:
+            continue
+        last = mine[loop >= 0].assign(loop=loop[loop >= 0]).groupby("loop").tail(1)
+        lo, hi = last["start_ns"].to_numpy(np.int64), last["end_ns"].to_numpy(np.int64)
+        ended = _acted(others, lo, hi)
+        nap = int(np.median(hi - lo))
+        probes = np.linspace(int(mine["start_ns"].min()) + nap, int(mine["end_ns"].max()), 512).astype(np.int64)
+        chance = float(_acted(others, probes - nap, probes).mean())
+        if ended.mean() < POLL_RELEASED or ended.mean() - chance < POLL_OVER_CHANCE:
+            continue
+        kept = set(last["loop"].to_numpy()[ended])
+        out.append(mine.index[np.isin(loop, list(kept))])
+    return out[0].append(out[1:]) if out else pd.Index([])
+
+
 def _blocked_intervals(rep, *, waits: bool, kind: str) -> dict[int, Intervals]:
     osrt = blocking_osrt(rep)
     if kind != "all" and len(osrt):
-        outside = osrt["name"].astype(str).str.match(LATENCY_OSRT)
+        outside = osrt["name"].astype(str).str.match(LATENCY_OSRT) & ~osrt.index.isin(_memo(rep, "peer_polls", peer_polls))
         osrt = osrt[outside] if kind == "latency" else osrt[~outside]
     if kind == "latency":
         parts = [osrt]
