@@ -26,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 KNOWN = Path(__file__).resolve().parent / "programs" / "known"
+SWITCHES_RECORDED = Path(__file__).resolve().parent / "fixtures" / "known_switches"
+"""The programs profiled with context switches, as recorded here (tests/fixtures/README.md)."""
 
 TOLERANCE = 0.25
 """A prediction passes within 25 % of the measured speed-up (|predicted / measured - 1| <= 0.25),
@@ -45,7 +47,9 @@ class Program:
     ``limiter``: the stages of the limiting thread, by construction: the top finding must be about
     one of them (default: ``stage``). The top finding is the largest potential, which need not be
     the fix's lever (a stage that could be made cheaper may promise more than overlapping it); the
-    fix's own finding must predict what the fix measured. ``advise``: keyword arguments a user would give ``labkit.advise`` (what the
+    fix's own finding must predict what the fix measured. ``switches``: profiled with context switches
+    (``--cpuctxsw=process-tree``), which nsys 2022.4 now and then hangs on: recorded once, and the
+    suite judges its recorded profile (:data:`SWITCHES_RECORDED`). ``advise``: keyword arguments a user would give ``labkit.advise`` (what the
     profile cannot say: a removable stage, the K of skip-work). ``blocked``: the run's time is
     mostly blocked (sleeps, reads), and the bottleneck sentence must say so. ``expected_x``: the
     speed-up of the fix by construction, on two free cores (for the reader; the test uses the
@@ -61,6 +65,7 @@ class Program:
     advise: dict = field(default_factory=dict)
     blocked: bool = False
     limiter: tuple[str, ...] = ()
+    switches: bool = False
 
     @property
     def argv(self) -> list[str]:
@@ -99,6 +104,7 @@ _ALL = [
     Program("child_per_item", "child_per_item.py", ("in_flight",), None, 2.0),
     Program("map_then_reduce", "map_then_reduce.py", ("overlap_stages",), "reduce", 1.45, limiter=("map", "reduce")),
     Program("poll_consumer", "poll_consumer.py", ("cheaper_stage",), "produce", 4.0),
+    Program("timed_wait", "timed_wait.py", ("cheaper_stage",), "produce", 3.0, switches=True),
     Program("balanced", "balanced.py", (), None, 1.0),
     Program("startup_heavy", "startup_heavy.py", ("overlap_stages",), "load", 1.7, limiter=("load", "step")),
     Program("gpu_pageable", "gpu_pageable.py", ("pin_memory",), None, 2.0, gpu=True),
@@ -106,7 +112,7 @@ _ALL = [
     Program("gpu_tiny_launches", "gpu_tiny_launches.py", ("batch", "cuda_graphs", "compile"), None, 10.0, gpu=True),
 ]
 PROGRAMS: dict[str, Program] = {p.name: p for p in _ALL}
-CPU_PROGRAMS = [p.name for p in _ALL if not p.gpu]
+CPU_PROGRAMS = [p.name for p in _ALL if not p.gpu and not p.switches]
 GPU_PROGRAMS = [p.name for p in _ALL if p.gpu]
 
 
@@ -154,7 +160,8 @@ def profile(prog: Program | str, outdir, *, trace=("cuda", "nvtx", "osrt")):
 
     prog = PROGRAMS[prog] if isinstance(prog, str) else prog
     return labkit.profile(prog.argv, name=prog.name, outdir=str(outdir), trace=trace, env=_env(),
-                          overwrite=True, progress=False)
+                          overwrite=True, progress=False,
+                          nsys_args=["--cpuctxsw=process-tree"] if prog.switches else ())
 
 
 def judge(prog: Program | str, rep) -> dict:

@@ -48,6 +48,10 @@ def test_judgement_invariants_hold_on_every_report(path):
         if len(a):
             acc = account(rep, window=a.attrs["window"])
             assert ("gpu_bound" in rules) <= (acc.limiter == "gpu")
+            for _, r in a[a["rule"] == "gpu_bound"].iterrows():  # faster kernels leave the copy engines their time
+                left = acc.copy_ms / (4 if r["lever"] == "reduce_precision" else 1)
+                if left > 0:
+                    assert r["predicted_speedup"] <= r["window_ms"] / left * (1 + 1e-6), (r["lever"], acc.copy_ms)
             for _, t in acc.threads.iterrows():  # blocked time is apart from work: the parts add up
                 parts = t["work_ms"] + t["blocked_ms"] + t["cuda_ms"] + t["untraced_ms"]
                 assert parts == pytest.approx(t["extent_ms"], abs=1e-3)

@@ -186,6 +186,43 @@ def test_a_polling_loop_a_peer_ends_waits_on_that_peer_and_one_on_a_timer_stays_
     assert main_lat < 0.2 * mine["duration_ns"].sum(), (main_lat, mine["duration_ns"].sum())
 
 
+def test_a_wait_no_call_names_is_seen_in_the_context_switches(tmp_path):
+    """timed_wait, recorded with context switches (tests/fixtures/README.md): its consumer takes items
+    with queue.get(timeout=0.05), which blocks in sem_clockwait, a call the OS runtime trace of nsys
+    2022.4 does not record. Off its CPU between its ranges in no traced call, the consumer waited
+    (untraced_waits): the producer limits, and a cheaper 'produce' is a bound the fix (12 -> 4 ms) did
+    not exceed. The same export without its context switches (SCHED_EVENTS dropped): the wait is
+    untraced time, the consumer's own, two threads each occupied all along, and no finding names
+    'produce'."""
+    import shutil
+    import sqlite3
+
+    from labkit.stats.blocked import untraced_waits
+
+    rec = json.loads((ka.SWITCHES_RECORDED / "known_answers.jsonl").read_text().splitlines()[0])
+    prog = ka.PROGRAMS[rec["program"]]
+    path = ka.SWITCHES_RECORDED / rec["profile"]
+    rep = labkit.load_report(path)
+    off = rep.offcpu
+    assert len(off) and (off["end_ns"] > off["start_ns"]).all()
+    for _, d in off.groupby("global_tid"):  # one thread is off its CPU once at a time
+        d = d.sort_values("start_ns")
+        assert (d["start_ns"].to_numpy()[1:] >= d["end_ns"].to_numpy()[:-1]).all()
+    judged = ka.judge(prog, rep)
+    row = ka.verdict(prog, judged, {"speedup": rec["measured_x"], "noise": rec["noise"]})
+    assert row["passed"] and row["fix_rank"] == 1 and row["basis"] == "bound", row
+    assert not ka.amdahl_violations(judged["advice"])
+    main = int(rep.nvtx.loc[rep.nvtx["name"] == "consume", "global_tid"].iloc[0])
+    waited = untraced_waits(rep)[main]
+    assert (waited[1] - waited[0]).sum() / 1e6 > 200  # of ~290 ms off its CPU between its 'consume's
+    bare = tmp_path / "timed_wait.noswitches.sqlite"
+    shutil.copy(path, bare)
+    with sqlite3.connect(bare) as db:
+        db.execute("DROP TABLE SCHED_EVENTS")
+    adv = labkit.advise(labkit.load_report(bare))
+    assert "produce" not in set(adv["stage"].dropna()), adv[["lever", "stage", "predicted_speedup"]]
+
+
 @pytest.mark.nsys
 def test_a_thread_busy_under_half_the_window_is_not_called_the_bound(tmp_path):
     """The main thread prepares (10 ms, a range) and then waits for a child process that has no ranges

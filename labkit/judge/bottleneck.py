@@ -32,6 +32,7 @@ class Bottleneck:
     thread: str | None
     tid: int | None
     thread_busy_frac: float
+    """The share of the window the thread was occupied: its work, and its latency in and between its ranges."""
     stage_ms: float
     wall_ms: float
     gpu_busy_frac: float
@@ -204,5 +205,5 @@ def _bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
                     f"{sm}{copies}." if out > stage_share else
                     f"Stage '{row['stage']}' on thread {row['thread']} bound throughput: that thread was {how}, "
                     f"'{row['stage']}' itself {row['self_ns'] / 1e6:.1f} ms ({stage_share:.0%}); {sm}{copies}.")
-    return Bottleneck(sentence, str(row["stage"]), str(row["thread"]), int(row["tid"]), frac,
+    return Bottleneck(sentence, str(row["stage"]), str(row["thread"]), int(row["tid"]), occ,
                       float(row["self_ns"] / 1e6), wall_ms, gpu_frac, table, copy_frac, gpu_bound)

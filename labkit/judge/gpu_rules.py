@@ -47,6 +47,9 @@ def sync_copies(ev: Evidence) -> list[dict]:
                 "the copies still take their copy-engine time but overlap other work; " + OTHERS_KEEP)]
 
 
+PRECISION_BYTES = 4
+"""The most a narrower type can shrink a copy: FP32 to INT8 moves a quarter of the bytes."""
+
 PINNED_GBPS = {7: 12.0, 8: 25.0, 9: 50.0, 10: 50.0}
 """The host-device rate pinned copies reach where a report measured none, by the GPU's compute
 capability and the PCIe link its generation shipped with (GB/s, one direction: Volta and Turing on
@@ -168,7 +171,14 @@ def gpu_bound(ev: Evidence) -> list[dict]:
         return []
     text = (f"kernels kept the SMs busy {ev.sm_ms:.0f} ms of {ev.wall_ms:.0f} ms, more than the busiest thread's "
             f"{busiest:.0f} ms of stage time (copies {ev.copy_ms:.0f} ms apart)")
-    b = ev.wall_ms / busiest if busiest > 0 else math.inf
-    return [row("gpu_bound", "The GPU's kernels bound the run", text, lever, b, "bound",
-                "even kernels taking no time leave the busiest thread's stage time") for lever in
-            ("reduce_precision", "compile")]
+    # the copy engines keep their time under faster kernels; in a narrower type a copy moves at most
+    # PRECISION_BYTES times fewer bytes
+    out = []
+    for lever, copies, said in (("reduce_precision", ev.copy_ms / PRECISION_BYTES,
+                                 f"copies moving at most {PRECISION_BYTES}x fewer bytes (FP32 to INT8)"),
+                                ("compile", ev.copy_ms, "the copies keeping their copy-engine time")):
+        floor = max(busiest, copies)
+        b = ev.wall_ms / floor if floor > 0 else math.inf
+        out.append(row("gpu_bound", "The GPU's kernels bound the run", text, lever, b, "bound",
+                       f"even kernels taking no time leave the busiest thread's stage time and {said}"))
+    return out

@@ -66,12 +66,19 @@ def profile_command(command: Sequence[str], *, output: Path, trace=TRACE, captur
     stack of every call over 80 us; without it (the default, unless ``nsys_args`` choose) no stack
     is taken (``--osrt-backtrace-threshold`` past any call's length): no analysis reads them, each
     costs the traced thread its unwinding, and they were most of a GPU run's export (a 12-batch
-    slice of the lab's queued pipeline on an H200: 29 MB, 0.9 MB without).
+    slice of the lab's queued pipeline on an H200: 29 MB, 0.9 MB without). Context switches are not
+    traced (``--cpuctxsw=none``) unless ``nsys_args`` choose: with them (``--cpuctxsw=process-tree``,
+    nsys's own default) a wait no traced call names reads as one
+    (:func:`labkit.stats.blocked.untraced_waits`), but nsys 2022.4 hung generating the report in 2
+    of 18 such profiles of the known-answer programs here (2026-11-28; none of 3 of the same program
+    without). CPU sampling
+    stays off.
     """
     trace = ",".join(trace) if not isinstance(trace, str) else trace
-    argv = [nsys, "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none",
-            f"--output={output}", f"--force-overwrite={'true' if overwrite else 'false'}"]
     extra = list(nsys_args)
+    ctxsw = [] if any(a.startswith("--cpuctxsw") for a in extra) else ["--cpuctxsw=none"]
+    argv = [nsys, "profile", f"--trace={trace}", "--sample=none", *ctxsw,
+            f"--output={output}", f"--force-overwrite={'true' if overwrite else 'false'}"]
     if graph_nodes and "cuda" in trace.split(",") and not any(a.startswith("--cuda-graph-trace") for a in extra):
         argv.append("--cuda-graph-trace=node")
     if not osrt_stacks and "osrt" in trace.split(",") and not any(a.startswith("--osrt-backtrace") for a in extra):

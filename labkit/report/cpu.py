@@ -1,12 +1,13 @@
-"""Read the CPU side of an export: threads, the processes the profile is about, OS runtime calls."""
+"""Read the CPU side of an export: threads, the processes the profile is about, OS runtime calls, and
+when each thread was off its CPU (context switches)."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from labkit.report.reader import _TID_MASK, OSRT_COLUMNS, _Db, _empty, _lookup, _names
+from labkit.report.reader import _TID_MASK, OFFCPU_COLUMNS, OSRT_COLUMNS, _Db, _empty, _lookup, _names
 
-__all__ = ["read_threads", "profiled_pids", "read_osrt"]
+__all__ = ["read_threads", "profiled_pids", "read_osrt", "read_offcpu"]
 
 
 def read_threads(db: _Db, strings: np.ndarray) -> pd.DataFrame:
@@ -60,3 +61,23 @@ def read_osrt(db: _Db, strings: np.ndarray) -> pd.DataFrame:
         "global_tid": g, "start_ns": c["start"], "end_ns": c["end"], "duration_ns": c["end"] - c["start"],
         "return_value": c["returnValue"], "event_class": c["eventClass"], "name_id": c["nameId"],
     })
+
+
+def read_offcpu(db: _Db) -> pd.DataFrame:
+    """When each thread was off its CPU (``nsys profile --cpuctxsw=process-tree``, nsys's default; the
+    ``SCHED_EVENTS`` table): from each switch out to the thread's next switch in, as OFFCPU_COLUMNS.
+    Empty where the report has no context switches. nsys 2022.4 records no thread state, so an
+    interval is a block or a preemption alike."""
+    t = "SCHED_EVENTS"
+    if not db.has(t, "start", "isSchedIn", "globalTid"):
+        return _empty(OFFCPU_COLUMNS)
+    c = db.cols(t, ["start", "isSchedIn", "globalTid"])
+    ev = pd.DataFrame({"g": c["globalTid"], "t": c["start"], "into": c["isSchedIn"]})
+    ev = ev[ev["g"] >= 0].sort_values(["g", "t"], kind="stable")
+    nxt = ev.groupby("g", sort=False).shift(-1)
+    out = ev[(ev["into"] == 0) & (nxt["into"] == 1)]
+    end = nxt.loc[out.index, "t"].astype("int64")
+    g = out["g"].to_numpy(np.int64)
+    return pd.DataFrame({"tid": g & _TID_MASK, "pid": (g >> 24) & _TID_MASK, "global_tid": g,
+                         "start_ns": out["t"].to_numpy(np.int64), "end_ns": end.to_numpy(np.int64),
+                         "duration_ns": end.to_numpy(np.int64) - out["t"].to_numpy(np.int64)}).reset_index(drop=True)

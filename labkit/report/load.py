@@ -17,19 +17,20 @@ import pandas as pd
 
 from labkit.record.nsys import TRACE
 from labkit.report.reader import (_TID_MASK, CUDA_API_COLUMNS, GRAPH_COLUMNS, GRAPH_TABLE, KERNEL_COLUMNS,
-                                  MEMCPY_COLUMNS, MEMSET_COLUMNS, NVTX_COLUMNS, OSRT_COLUMNS, PROJECTION_COLUMNS,
+                                  MEMCPY_COLUMNS, MEMSET_COLUMNS, NVTX_COLUMNS, OFFCPU_COLUMNS, OSRT_COLUMNS,
+                                  PROJECTION_COLUMNS,
                                   SUMMARY_COLUMNS, SYNC_COLUMNS, ReportError, _Db, _empty, _pid, _read_cuda_api,
                                   _read_gpu, _read_graphs, _read_kernels, _read_memcpy, _read_memset,
                                   _read_sync, read_strings)
 from labkit.report.columnar import Columnar
 from labkit.report.meta import _read_meta
-from labkit.report.cpu import profiled_pids, read_osrt, read_threads
+from labkit.report.cpu import profiled_pids, read_offcpu, read_osrt, read_threads
 from labkit.report.nvtx import nvtx_frame_empty, read_nvtx
 
 __all__ = ["Report", "load_report", "profile", "ReportError",
            # the frames' columns (defined with their readers, named here beside the data)
            "NVTX_COLUMNS", "KERNEL_COLUMNS", "MEMCPY_COLUMNS", "MEMSET_COLUMNS", "CUDA_API_COLUMNS", "SYNC_COLUMNS",
-           "GRAPH_COLUMNS", "OSRT_COLUMNS",
+           "GRAPH_COLUMNS", "OSRT_COLUMNS", "OFFCPU_COLUMNS",
            "SUMMARY_COLUMNS", "PROJECTION_COLUMNS"]
 
 _DAMAGE = (ValueError, TypeError, IndexError, KeyError, OverflowError, UnicodeDecodeError)
@@ -41,7 +42,7 @@ class Report:
     """One profile as DataFrames (times in ns on the report clock).
 
     Frames (columns listed in ``NVTX_COLUMNS``, ``KERNEL_COLUMNS``, ...): ``nvtx``, ``kernels``,
-    ``memcpy``, ``memset``, ``cuda_api``, ``sync``, ``osrt``, ``gpu`` (one row per GPU), ``threads`` (the
+    ``memcpy``, ``memset``, ``cuda_api``, ``sync``, ``osrt``, ``offcpu``, ``gpu`` (one row per GPU), ``threads`` (the
     threads of the processes the profile is about: those with CUDA or NVTX events, else OS runtime
     calls; ``all_threads`` also holds the machine's other processes that nsys listed).
     Frames are read from the export on first use (and kept; large ones also go to the columnar
@@ -73,6 +74,7 @@ class Report:
         "sync": lambda r: _read_sync(r._db),
         "graphs": lambda r: _read_graphs(r._db),
         "osrt": lambda r: read_osrt(r._db, r._strings),
+        "offcpu": lambda r: read_offcpu(r._db),
     }
 
     _TABLES = {"nvtx": "NVTX_EVENTS", "kernels": "CUPTI_ACTIVITY_KIND_KERNEL", "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
@@ -148,6 +150,8 @@ class Report:
     threads = property(lambda self: self._frame("threads"),
                        doc="Threads of the profiled processes: global_tid, tid, pid, thread_name.")
     osrt = property(lambda self: self._frame("osrt"), doc="OS runtime calls (traced with -t osrt): OSRT_COLUMNS.")
+    offcpu = property(lambda self: self._frame("offcpu"),
+                      doc="When each thread was off its CPU (recorded with --cpuctxsw): OFFCPU_COLUMNS.")
     graphs = property(lambda self: self._frame("graphs"),
                       doc="Whole CUDA graph executions (nsys --cuda-graph-trace=graph, its default): GRAPH_COLUMNS.")
 
@@ -161,7 +165,8 @@ class Report:
                   "memcpy": _empty(MEMCPY_COLUMNS) if memcpy is None else memcpy,
                   "memset": _empty(MEMSET_COLUMNS) if memset is None else memset,
                   "cuda_api": _empty(CUDA_API_COLUMNS) if cuda_api is None else cuda_api,
-                  "sync": _empty(SYNC_COLUMNS), "graphs": _empty(GRAPH_COLUMNS), "osrt": _empty(OSRT_COLUMNS)}
+                  "sync": _empty(SYNC_COLUMNS), "graphs": _empty(GRAPH_COLUMNS), "osrt": _empty(OSRT_COLUMNS),
+                  "offcpu": _empty(OFFCPU_COLUMNS)}
         threads = pd.DataFrame({"global_tid": pd.Series(dtype="int64")})
         frames["threads"] = threads
         return cls(path=Path(path), gpu=pd.DataFrame({"device_id": pd.Series(dtype="int64")}),

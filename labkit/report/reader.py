@@ -69,6 +69,7 @@ GRAPH_COLUMNS = ["name", "graph_id", "device_id", "context_id", "stream_id", "co
                  "duration_ns", "pid"]
 OSRT_COLUMNS = ["name", "tid", "pid", "global_tid", "start_ns", "end_ns", "duration_ns", "return_value",
                 "event_class", "name_id"]
+OFFCPU_COLUMNS = ["tid", "pid", "global_tid", "start_ns", "end_ns", "duration_ns"]
 GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"  # whole-graph rows: nsys's default --cuda-graph-trace=graph
 SUMMARY_COLUMNS = ["name", "instances", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns",
                    "time_pct"]

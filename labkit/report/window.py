@@ -30,7 +30,7 @@ from labkit.errors import LabkitError
 
 __all__ = ["restrict", "windowed", "WindowError", "span_of"]
 
-_CPU_FRAMES = ("nvtx", "cuda_api", "sync", "osrt")  # kept when they start inside the span
+_CPU_FRAMES = ("nvtx", "cuda_api", "sync", "osrt", "offcpu")  # kept when they start inside the span
 _GPU_FRAMES = ("kernels", "memcpy", "memset", "graphs")
 
 

@@ -7,7 +7,9 @@ A thread is *blocked* while it is in a call whose purpose is to wait, whatever r
 - a CUDA call that waits for the GPU (:data:`labkit.stats.idle.SYNC_CALLS`), or for a copy the
   driver runs synchronously (a synchronous memcpy/memset, or an async one on pageable memory);
 - an NVTX range whose name says it waits (:data:`WAIT_WORDS`: ``wait``, ``queue``...), the
-  program's own word for it.
+  program's own word for it;
+- where the report has context switches (``--cpuctxsw``, nsys's default), time off its CPU in no
+  traced call and no range of its own: a wait nothing else recorded (:func:`untraced_waits`).
 
 A ``load_batch`` range that sleeps is therefore blocked, not work, as soon as the report traced the
 sleep. Blocked time waits either on the outside world (*latency*: a device, a file, a timer) or on a
@@ -26,7 +28,7 @@ from labkit.stats.idle import busy_intervals, copy_calls, sync_calls
 
 __all__ = ["BLOCKING_OSRT", "LATENCY_OSRT", "RELEASING_OSRT", "RUNTIME_THREADS", "WAIT_WORDS", "is_wait",
            "blocking_osrt", "blocked_intervals", "blocked_in", "covered_before", "overlap_ns", "peer_polls",
-           "runtime_threads", "Intervals"]
+           "runtime_threads", "untraced_waits", "Intervals"]
 
 BLOCKING_OSRT = re.compile(
     r"^(nanosleep|clock_nanosleep|usleep|sleep|pause|sigsuspend|sigwait\w*|sigtimedwait"
@@ -117,7 +119,7 @@ def blocked_intervals(rep, *, waits: bool = True, kind: str = "all") -> dict[int
     runtime calls, synchronizing CUDA calls and blocking copies, and (``waits=True``) NVTX ranges
     named as waits. ``kind="latency"``: only the OS calls that wait on the outside world
     (:data:`LATENCY_OSRT`, less the polls a peer ended: :func:`peer_polls`); ``kind="peer"``:
-    everything else (waits on another thread or the GPU).
+    everything else (waits on another thread or the GPU, and :func:`untraced_waits`).
     Built once per report (``Report.memo``): stage_table, the accounting, bottleneck and the what-if
     model all read it."""
     memo = getattr(rep, "memo", None)
@@ -220,6 +222,51 @@ def peer_polls(rep) -> pd.Index:
     return out[0].append(out[1:]) if out else pd.Index([])
 
 
+def _minus(a: Intervals, b: Intervals) -> Intervals:
+    """The sorted disjoint intervals ``a`` less the sorted disjoint intervals ``b``."""
+    if len(a[0]) == 0 or len(b[0]) == 0:
+        return a
+    cuts = np.unique(np.r_[a[0], a[1], b[0], b[1]])
+    lo, hi = cuts[:-1], cuts[1:]
+    mid = lo + (hi - lo) // 2
+
+    def inside(iv: Intervals) -> np.ndarray:
+        i = np.searchsorted(iv[0], mid, side="right") - 1
+        return (i >= 0) & (mid < iv[1][np.maximum(i, 0)])
+
+    keep = (hi > lo) & inside(a) & ~inside(b)
+    return busy_intervals(lo[keep], hi[keep])
+
+
+def untraced_waits(rep) -> dict[int, Intervals]:
+    """Per thread (``global_tid``), the time it was off its CPU (``rep.offcpu``: a report recorded
+    with context switches) in no traced call (OS runtime or CUDA) and no NVTX range of its own: it
+    waited in something the trace does not name. Python's timed waits (``queue.get(timeout=...)``,
+    ``Event.wait(t)``) block in ``sem_clockwait``, which nsys 2022.4's OS runtime trace misses. Such
+    time waits on a peer (a lock, a queue) far more often than on a device, whose calls are traced.
+    Time off the CPU inside a range or a traced call is that range's or call's; nsys 2022.4 records no
+    thread state, so a thread preempted between its ranges reads as waiting too. Empty without
+    context switches."""
+    off = getattr(rep, "offcpu", None)
+    if off is None or len(off) == 0:
+        return {}
+    nv = rep.nvtx
+    parts = [f[["global_tid", "start_ns", "end_ns"]] for f in (nv[nv["kind"] != "mark"] if len(nv) else nv,
+                                                               rep.cuda_api, rep.osrt) if len(f)]
+    traced = pd.concat(parts, ignore_index=True) if parts else None
+    out = {}
+    for g, d in off.groupby("global_tid", sort=False):
+        iv = busy_intervals(d["start_ns"].to_numpy(np.int64), d["end_ns"].to_numpy(np.int64))
+        if traced is not None:
+            t = traced[traced["global_tid"] == g]
+            if len(t):
+                s = t["start_ns"].to_numpy(np.int64)
+                iv = _minus(iv, busy_intervals(s, np.maximum(t["end_ns"].to_numpy(np.int64), s)))
+        if len(iv[0]):
+            out[int(g)] = iv
+    return out
+
+
 def _blocked_intervals(rep, *, waits: bool, kind: str) -> dict[int, Intervals]:
     osrt = blocking_osrt(rep)
     if kind != "all" and len(osrt):
@@ -231,6 +278,11 @@ def _blocked_intervals(rep, *, waits: bool, kind: str) -> dict[int, Intervals]:
         copies = copy_calls(rep)
         copies = copies[copies["blocking"]] if len(copies) else copies
         parts = [osrt, sync_calls(rep), copies] + ([_wait_ranges(rep)] if waits else [])
+        unseen = _memo(rep, "untraced_waits", untraced_waits)
+        if unseen:
+            parts.append(pd.DataFrame({"global_tid": np.concatenate([np.full(len(s), g, np.int64) for g, (s, _) in unseen.items()]),
+                                       "start_ns": np.concatenate([s for s, _ in unseen.values()]),
+                                       "end_ns": np.concatenate([e for _, e in unseen.values()])}))
     parts = [p[["global_tid", "start_ns", "end_ns"]] for p in parts if len(p)]
     if not parts:
         return {}

@@ -1,0 +1,42 @@
+"""(q) A consumer that waits with a timeout: a producer thread computes each item (``produce``,
+12 ms) and puts it in a queue; the main thread takes items with ``queue.get(timeout=0.05)`` (a
+worker loop that checks a stop flag between tries), then ``consume``s each (4 ms). Python's timed
+waits block in ``sem_clockwait``, which nsys 2022.4's OS runtime trace does not record: the wait
+is seen only as time off the CPU (context switches). ``--fix``: ``produce`` takes 4 ms.
+
+Known answer: lever ``cheaper_stage`` on ``produce``; 12/4 = 3x, the consumer's 4 ms then limits.
+Without context switches the wait is untraced time, counted as the consumer's own: two threads
+each occupied all along, nothing to find.
+"""
+import queue
+import threading
+
+from _known import Steady, args, cpu
+
+from labkit import annotate
+
+a = args(__doc__, items=40)
+q: queue.Queue = queue.Queue()
+stop = threading.Event()
+
+
+def producer() -> None:
+    for i in range(a.items):
+        with annotate.range("produce", batch=i, items=1):
+            cpu(4 if a.fix else 12)
+        q.put(i)
+
+
+with Steady(a.items):
+    t = threading.Thread(target=producer, name="producer")
+    t.start()
+    done = 0
+    while done < a.items and not stop.is_set():
+        try:
+            i = q.get(timeout=0.05)
+        except queue.Empty:
+            continue
+        with annotate.range("consume", batch=i, items=1):
+            cpu(4)
+        done += 1
+    t.join()
