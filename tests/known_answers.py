@@ -104,6 +104,7 @@ _ALL = [
     Program("child_per_item", "child_per_item.py", ("in_flight",), None, 2.0),
     Program("map_then_reduce", "map_then_reduce.py", ("overlap_stages",), "reduce", 1.45, limiter=("map", "reduce")),
     Program("poll_consumer", "poll_consumer.py", ("cheaper_stage",), "produce", 4.0),
+    Program("pipe_consumer", "pipe_consumer.py", ("cheaper_stage",), "produce", 4.0),
     Program("timed_wait", "timed_wait.py", ("cheaper_stage",), "produce", 3.0, switches=True),
     Program("balanced", "balanced.py", (), None, 1.0),
     Program("startup_heavy", "startup_heavy.py", ("overlap_stages",), "load", 1.7, limiter=("load", "step")),

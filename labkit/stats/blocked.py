@@ -14,7 +14,7 @@ A thread is *blocked* while it is in a call whose purpose is to wait, whatever r
 A ``load_batch`` range that sleeps is therefore blocked, not work, as soon as the report traced the
 sleep. Blocked time waits either on the outside world (*latency*: a device, a file, a timer) or on a
 *peer* (another thread, the GPU): by the call (:data:`LATENCY_OSRT`), except a polling loop's naps
-that a peer ends (:func:`peer_polls`). Everything here is per thread (``global_tid``), as sorted
+and the reads that a peer ends (:func:`peer_polls`, :func:`peer_reads`). Everything here is per thread (``global_tid``), as sorted
 disjoint interval arrays.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from labkit.stats.idle import busy_intervals, copy_calls, sync_calls
 
 __all__ = ["BLOCKING_OSRT", "LATENCY_OSRT", "RELEASING_OSRT", "RUNTIME_THREADS", "WAIT_WORDS", "is_wait",
            "blocking_osrt", "blocked_intervals", "blocked_in", "covered_before", "overlap_ns", "peer_polls",
-           "runtime_threads", "untraced_waits", "Intervals"]
+           "peer_reads", "runtime_threads", "untraced_waits", "Intervals"]
 
 BLOCKING_OSRT = re.compile(
     r"^(nanosleep|clock_nanosleep|usleep|sleep|pause|sigsuspend|sigwait\w*|sigtimedwait"
@@ -46,7 +46,8 @@ LATENCY_OSRT = re.compile(
 """The blocking calls that wait on the outside world (a device, a file, the network, a timer): their
 time is *latency*, which stays on the thread unless the lever overlaps it. Every other blocked
 time (locks, condition variables, joins, CUDA syncs, blocking copies, wait ranges) waits on a peer:
-another thread or the GPU. A polling loop's sleeps that a peer ends are peer waits (:func:`peer_polls`)."""
+another thread or the GPU. A polling loop's sleeps and the reads that a peer ends are peer waits (:func:`peer_polls`,
+:func:`peer_reads`)."""
 
 SLEEP_OSRT = re.compile(r"^(nanosleep|clock_nanosleep|usleep|sleep)(_v\d+)?$")
 """The OS runtime calls that nap for a set time: a run of them is a polling loop (:func:`peer_polls`)."""
@@ -73,6 +74,10 @@ POLL_OVER_CHANCE = 0.3
 """...and that share exceeds by this much the share of instants, spread evenly over the polls' span,
 at which a peer acted in the preceding nap's length: peers that act all the time end every nap by
 chance, and tell nothing."""
+READ_SLACK_NS = 1_000_000
+"""A read a peer ended returns within this much of the peer's act (a thread woken on a loaded machine)."""
+READ_BLOCKED_NS = 50_000
+"""A read shorter than this found its data there: nothing ended it."""
 
 WAIT_WORDS = ("wait", "await", "idle", "queue", "sleep", "sync", "blocked", "blocking")
 """NVTX range names with one of these words count as waiting, not as work. Words, not substrings: the
@@ -118,7 +123,8 @@ def blocked_intervals(rep, *, waits: bool = True, kind: str = "all") -> dict[int
     """Per thread (``global_tid``), the merged intervals during which it was blocked: blocking OS
     runtime calls, synchronizing CUDA calls and blocking copies, and (``waits=True``) NVTX ranges
     named as waits. ``kind="latency"``: only the OS calls that wait on the outside world
-    (:data:`LATENCY_OSRT`, less the polls a peer ended: :func:`peer_polls`); ``kind="peer"``:
+    (:data:`LATENCY_OSRT`, less the polls and reads a peer ended: :func:`peer_polls`,
+    :func:`peer_reads`); ``kind="peer"``:
     everything else (waits on another thread or the GPU, and :func:`untraced_waits`).
     Built once per report (``Report.memo``): stage_table, the accounting, bottleneck and the what-if
     model all read it."""
@@ -138,13 +144,15 @@ def runtime_threads(rep) -> set[int]:
 
 
 def _peer_events(rep) -> pd.DataFrame:
-    """global_tid, t_ns: when each thread (the runtime's left out) ended a work range or made a call
-    that hands something over (:data:`RELEASING_OSRT`), sorted by time."""
+    """global_tid, t_ns: when each thread that can release a peer ended a work range or made a call
+    that hands something over (:data:`RELEASING_OSRT`), sorted by time. Where some thread has work
+    ranges, only such threads: a thread without ranges of its own works for others' stages and waits
+    for work (the what-if model's helpers), so what it releases is theirs. The runtime's threads never."""
     parts = []
     nv = rep.nvtx
-    if len(nv):
-        r = nv[nv["kind"] != "mark"]
-        r = r[~r["name"].map(is_wait).astype(bool)] if len(r) else r
+    r = nv[nv["kind"] != "mark"] if len(nv) else nv
+    r = r[~r["name"].map(is_wait).astype(bool)] if len(r) else r
+    if len(r):
         parts.append(pd.DataFrame({"global_tid": r["global_tid"].to_numpy(np.int64), "t_ns": r["end_ns"].to_numpy(np.int64)}))
     o = rep.osrt
     if len(o):
@@ -152,12 +160,27 @@ def _peer_events(rep) -> pd.DataFrame:
         parts.append(pd.DataFrame({"global_tid": o["global_tid"].to_numpy(np.int64), "t_ns": o["end_ns"].to_numpy(np.int64)}))
     ev = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"global_tid": [], "t_ns": []}, dtype=np.int64)
     ev = ev[~ev["global_tid"].isin(runtime_threads(rep))]
+    if len(r):
+        ev = ev[ev["global_tid"].isin(set(r["global_tid"].astype("int64")))]
     return ev.sort_values("t_ns", kind="stable")
 
 
 def _acted(times: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Whether some instant of the sorted ``times`` lies in each [lo, hi]."""
     return np.searchsorted(times, hi, side="right") > np.searchsorted(times, lo, side="left")
+
+
+def _ended_by_peers(others: np.ndarray, lo: np.ndarray, hi: np.ndarray, span: tuple[int, int]) -> np.ndarray:
+    """For one thread's waits, whether a peer's act (``others``, sorted) ended each: one lies in its
+    [lo, hi]. All False unless most did (:data:`POLL_RELEASED`) and far more than chance
+    (:data:`POLL_OVER_CHANCE`: acts in a window as long, at instants spread evenly over ``span``)."""
+    ended = _acted(others, lo, hi)
+    if len(ended) == 0 or ended.mean() < POLL_RELEASED:
+        return np.zeros(len(ended), dtype=bool)
+    width = int(np.median(hi - lo))
+    probes = np.linspace(span[0] + width, max(span[1], span[0] + width), 512).astype(np.int64)
+    chance = float(_acted(others, probes - width, probes).mean())
+    return ended if ended.mean() - chance >= POLL_OVER_CHANCE else np.zeros(len(ended), dtype=bool)
 
 
 def _polls(naps: pd.DataFrame, calls: pd.DataFrame, bounds: np.ndarray) -> np.ndarray:
@@ -183,10 +206,10 @@ def peer_polls(rep) -> pd.Index:
 
     A *polling loop* is two or more naps of one thread with next to nothing between them (:func:`_polls`):
     the thread checks a condition between naps. The loop ends when the condition holds; if a peer
-    (another traced thread or process, not the runtime's) acted during its last nap, ended a work
-    range or made a :data:`RELEASING_OSRT` call, the peer made it hold: the loop waited on that peer.
-    A thread's loops count so only where most end that way (:data:`POLL_RELEASED`) and far more often
-    than chance (:data:`POLL_OVER_CHANCE`); its loops that no peer ended stay latency.
+    (:func:`_peer_events`) acted during its last nap, ended a work range or made a
+    :data:`RELEASING_OSRT` call, the peer made it hold: the loop waited on that peer. A thread's
+    loops count so only where most end that way, far more often than chance (:func:`_ended_by_peers`);
+    its loops that no peer ended stay latency.
     """
     o = blocking_osrt(rep)
     if len(o) == 0:
@@ -210,15 +233,37 @@ def peer_polls(rep) -> pd.Index:
         if (loop >= 0).sum() == 0:
             continue
         last = mine[loop >= 0].assign(loop=loop[loop >= 0]).groupby("loop").tail(1)
-        lo, hi = last["start_ns"].to_numpy(np.int64), last["end_ns"].to_numpy(np.int64)
-        ended = _acted(others, lo, hi)
-        nap = int(np.median(hi - lo))
-        probes = np.linspace(int(mine["start_ns"].min()) + nap, int(mine["end_ns"].max()), 512).astype(np.int64)
-        chance = float(_acted(others, probes - nap, probes).mean())
-        if ended.mean() < POLL_RELEASED or ended.mean() - chance < POLL_OVER_CHANCE:
-            continue
+        ended = _ended_by_peers(others, last["start_ns"].to_numpy(np.int64), last["end_ns"].to_numpy(np.int64),
+                                (int(mine["start_ns"].min()), int(mine["end_ns"].max())))
         kept = set(last["loop"].to_numpy()[ended])
         out.append(mine.index[np.isin(loop, list(kept))])
+    return out[0].append(out[1:]) if out else pd.Index([])
+
+
+def peer_reads(rep) -> pd.Index:
+    """The OS runtime rows (index of ``rep.osrt``) of reads, receives and polls of a descriptor (the
+    latency calls that are not sleeps) that a peer ended: each blocked at least :data:`READ_BLOCKED_NS`
+    and returned within :data:`READ_SLACK_NS` of a peer's act (:func:`_peer_events`: a write, a send,
+    the end of a work range), as a read of a pipe or a socket another thread or process fills does. A
+    thread's reads count so only where most end that way, far more often than chance
+    (:func:`_ended_by_peers`); the rest (a file, a device, a service that is no traced peer) stay latency.
+    """
+    o = blocking_osrt(rep)
+    if len(o) == 0:
+        return pd.Index([])
+    names = o["name"].astype(str)
+    reads = o[names.str.match(LATENCY_OSRT) & ~names.str.match(SLEEP_OSRT) & (o["duration_ns"] >= READ_BLOCKED_NS)]
+    if len(reads) == 0:
+        return pd.Index([])
+    events = _peer_events(rep)
+    out = []
+    for g, mine in reads.groupby("global_tid", sort=False):
+        others = events.loc[events["global_tid"] != g, "t_ns"].to_numpy(np.int64)
+        if len(others) == 0:
+            continue
+        s, e = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
+        ended = _ended_by_peers(others, np.maximum(s, e - READ_SLACK_NS), e, (int(s.min()), int(e.max())))
+        out.append(mine.index[ended])
     return out[0].append(out[1:]) if out else pd.Index([])
 
 
@@ -270,7 +315,8 @@ def untraced_waits(rep) -> dict[int, Intervals]:
 def _blocked_intervals(rep, *, waits: bool, kind: str) -> dict[int, Intervals]:
     osrt = blocking_osrt(rep)
     if kind != "all" and len(osrt):
-        outside = osrt["name"].astype(str).str.match(LATENCY_OSRT) & ~osrt.index.isin(_memo(rep, "peer_polls", peer_polls))
+        released = _memo(rep, "peer_polls", peer_polls).append(_memo(rep, "peer_reads", peer_reads))
+        outside = osrt["name"].astype(str).str.match(LATENCY_OSRT) & ~osrt.index.isin(released)
         osrt = osrt[outside] if kind == "latency" else osrt[~outside]
     if kind == "latency":
         parts = [osrt]
