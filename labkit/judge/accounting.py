@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.report.cpu import osrt_calls
-from labkit.stats.blocked import blocked_intervals, is_wait
+from labkit.stats.blocked import blocked_intervals, work_ranges
 from labkit.stats.idle import busy_in, busy_intervals, engine_busy, launch_calls
 from labkit.stats.stages import domains, trace_span
 
@@ -70,10 +70,7 @@ def steady_window_of(rep) -> tuple[tuple[int, int], str]:
     at its first kernel launch (context creation and module loading come before). Otherwise the whole
     trace."""
     t0, t1 = trace_span(rep)
-    nv = rep.nvtx
-    r = nv[(nv["kind"] != "mark")] if len(nv) else nv
-    if len(r):
-        r = r[~r["name"].map(is_wait).astype(bool)]
+    r = work_ranges(rep)
     if len(r):
         key = domains(r).astype(str) + ":" + r["name"].astype(str)
         if "depth" in r.columns:  # a recursive range counts once per outermost instance, not per level
@@ -186,9 +183,8 @@ def account(rep, *, window: tuple[int, int] | None = None, steady: bool = True) 
         (w0, w1), why = trace_span(rep), "whole trace (steady=False)"
     blocked = blocked_intervals(rep)
     nv = rep.nvtx
-    work = nv[(nv["kind"] != "mark")] if len(nv) else nv
+    work = work_ranges(rep)
     if len(work):
-        work = work[~work["name"].map(is_wait).astype(bool)]
         egt = work["end_global_tid"].astype("float64") if "end_global_tid" in work.columns else None
         if egt is not None:  # a start/end range ended on another thread is a span across threads, not work
             crossed = (work["kind"] != "push_pop") & egt.notna() & (egt >= 0) & (egt != work["global_tid"])

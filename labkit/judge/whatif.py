@@ -28,7 +28,7 @@ import pandas as pd
 
 from labkit.judge.accounting import thread_names
 from labkit.report.cpu import osrt_calls
-from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait, overlap_ns, runtime_threads
+from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait, overlap_ns, runtime_threads, work_ranges
 from labkit.stats.idle import busy_intervals, union_of
 from labkit.stats.stages import stage_labels
 
@@ -79,10 +79,7 @@ class WhatIf:
         # Without an OS runtime trace, a thread's time outside its ranges may be a wait nothing
         # recorded (a queue get): an annotated thread then owns only its ranges' time.
         osrt = len(rep.osrt) > 0
-        nv = rep.nvtx
-        work = nv[(nv["kind"] != "mark")] if len(nv) else nv
-        if len(work):
-            work = work[~work["name"].map(is_wait).astype(bool)]
+        work = work_ranges(rep)
         annotated = set(work["global_tid"].astype("int64")) if len(work) else set()
         # a thread without ranges waits for work in its reads, polls and sleeps (see the module's
         # docstring), as the CUDA driver's, CUPTI's and nsys's threads always do; where no thread has

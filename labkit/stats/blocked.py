@@ -24,11 +24,11 @@ import re
 import numpy as np
 import pandas as pd
 
-from labkit.stats.idle import busy_intervals, copy_calls, sync_calls
+from labkit.stats.idle import busy_intervals, copy_calls, sync_calls, union_of
 
 __all__ = ["BLOCKING_OSRT", "LATENCY_OSRT", "RELEASING_OSRT", "RUNTIME_THREADS", "WAIT_WORDS", "is_wait",
            "blocking_osrt", "blocked_intervals", "blocked_in", "covered_before", "overlap_ns", "peer_polls",
-           "peer_reads", "runtime_threads", "untraced_waits", "Intervals"]
+           "peer_reads", "runtime_threads", "untraced_waits", "work_ranges", "Intervals"]
 
 BLOCKING_OSRT = re.compile(
     r"^(nanosleep|clock_nanosleep|usleep|sleep|pause|sigsuspend|sigwait\w*|sigtimedwait"
@@ -106,17 +106,28 @@ def blocking_osrt(rep) -> pd.DataFrame:
     return o[names.str.match(BLOCKING_OSRT)]
 
 
-def _wait_ranges(rep) -> pd.DataFrame:
+def _memo(rep, key: tuple, build):
+    """``build()``, once per report where the report keeps derived values (``Report.memo``)."""
+    memo = getattr(rep, "memo", None)
+    return memo(key, build) if memo is not None else build()
+
+
+def _ranges(rep, waiting: bool) -> pd.DataFrame:
     nv = rep.nvtx
     if len(nv) == 0:
         return nv
     r = nv[nv["kind"] != "mark"]
-    return r[r["name"].map(is_wait).astype(bool)]
+    return r[r["name"].map(is_wait).astype(bool) == waiting]
 
 
-def _memo(rep, key, fn):
-    memo = getattr(rep, "memo", None)
-    return memo((key,), lambda: fn(rep)) if memo is not None else fn(rep)
+def _wait_ranges(rep) -> pd.DataFrame:
+    return _memo(rep, ("wait_ranges",), lambda: _ranges(rep, True))
+
+
+def work_ranges(rep) -> pd.DataFrame:
+    """The report's NVTX ranges that are work: not marks, not named as waits (:func:`is_wait`). Built
+    once per report; callers filter it, never change it."""
+    return _memo(rep, ("work_ranges",), lambda: _ranges(rep, False))
 
 
 def blocked_intervals(rep, *, waits: bool = True, kind: str = "all") -> dict[int, Intervals]:
@@ -128,10 +139,7 @@ def blocked_intervals(rep, *, waits: bool = True, kind: str = "all") -> dict[int
     everything else (waits on another thread or the GPU, and :func:`untraced_waits`).
     Built once per report (``Report.memo``): stage_table, the accounting, bottleneck and the what-if
     model all read it."""
-    memo = getattr(rep, "memo", None)
-    if memo is not None:
-        return memo(("blocked_intervals", waits, kind), lambda: _blocked_intervals(rep, waits=waits, kind=kind))
-    return _blocked_intervals(rep, waits=waits, kind=kind)
+    return _memo(rep, ("blocked_intervals", waits, kind), lambda: _blocked_intervals(rep, waits=waits, kind=kind))
 
 
 def runtime_threads(rep) -> set[int]:
@@ -149,9 +157,7 @@ def _peer_events(rep) -> pd.DataFrame:
     ranges, only such threads: a thread without ranges of its own works for others' stages and waits
     for work (the what-if model's helpers), so what it releases is theirs. The runtime's threads never."""
     parts = []
-    nv = rep.nvtx
-    r = nv[nv["kind"] != "mark"] if len(nv) else nv
-    r = r[~r["name"].map(is_wait).astype(bool)] if len(r) else r
+    r = work_ranges(rep)
     if len(r):
         parts.append(pd.DataFrame({"global_tid": r["global_tid"].to_numpy(np.int64), "t_ns": r["end_ns"].to_numpy(np.int64)}))
     o = rep.osrt
@@ -298,15 +304,14 @@ def untraced_waits(rep) -> dict[int, Intervals]:
     nv = rep.nvtx
     parts = [f[["global_tid", "start_ns", "end_ns"]] for f in (nv[nv["kind"] != "mark"] if len(nv) else nv,
                                                                rep.cuda_api, rep.osrt) if len(f)]
-    traced = pd.concat(parts, ignore_index=True) if parts else None
+    traced = dict(tuple(pd.concat(parts, ignore_index=True).groupby("global_tid", sort=False))) if parts else {}
     out = {}
     for g, d in off.groupby("global_tid", sort=False):
         iv = busy_intervals(d["start_ns"].to_numpy(np.int64), d["end_ns"].to_numpy(np.int64))
-        if traced is not None:
-            t = traced[traced["global_tid"] == g]
-            if len(t):
-                s = t["start_ns"].to_numpy(np.int64)
-                iv = _minus(iv, busy_intervals(s, np.maximum(t["end_ns"].to_numpy(np.int64), s)))
+        t = traced.get(g)
+        if t is not None:
+            s = t["start_ns"].to_numpy(np.int64)
+            iv = _minus(iv, busy_intervals(s, np.maximum(t["end_ns"].to_numpy(np.int64), s)))
         if len(iv[0]):
             out[int(g)] = iv
     return out
@@ -315,7 +320,8 @@ def untraced_waits(rep) -> dict[int, Intervals]:
 def _blocked_intervals(rep, *, waits: bool, kind: str) -> dict[int, Intervals]:
     osrt = blocking_osrt(rep)
     if kind != "all" and len(osrt):
-        released = _memo(rep, "peer_polls", peer_polls).append(_memo(rep, "peer_reads", peer_reads))
+        released = _memo(rep, ("peer_polls",), lambda: peer_polls(rep)).append(
+            _memo(rep, ("peer_reads",), lambda: peer_reads(rep)))
         outside = osrt["name"].astype(str).str.match(LATENCY_OSRT) & ~osrt.index.isin(released)
         osrt = osrt[outside] if kind == "latency" else osrt[~outside]
     if kind == "latency":
@@ -324,20 +330,17 @@ def _blocked_intervals(rep, *, waits: bool, kind: str) -> dict[int, Intervals]:
         copies = copy_calls(rep)
         copies = copies[copies["blocking"]] if len(copies) else copies
         parts = [osrt, sync_calls(rep), copies] + ([_wait_ranges(rep)] if waits else [])
-        unseen = _memo(rep, "untraced_waits", untraced_waits)
-        if unseen:
-            parts.append(pd.DataFrame({"global_tid": np.concatenate([np.full(len(s), g, np.int64) for g, (s, _) in unseen.items()]),
-                                       "start_ns": np.concatenate([s for s, _ in unseen.values()]),
-                                       "end_ns": np.concatenate([e for _, e in unseen.values()])}))
     parts = [p[["global_tid", "start_ns", "end_ns"]] for p in parts if len(p)]
-    if not parts:
-        return {}
-    allp = pd.concat(parts, ignore_index=True)
     out = {}
-    for g, d in allp.groupby("global_tid", sort=False):
-        s = d["start_ns"].to_numpy(dtype=np.int64)
-        e = np.maximum(d["end_ns"].to_numpy(dtype=np.int64), s)
-        out[int(g)] = busy_intervals(s, e)
+    if parts:
+        allp = pd.concat(parts, ignore_index=True)
+        for g, d in allp.groupby("global_tid", sort=False):
+            s = d["start_ns"].to_numpy(dtype=np.int64)
+            e = np.maximum(d["end_ns"].to_numpy(dtype=np.int64), s)
+            out[int(g)] = busy_intervals(s, e)
+    if kind != "latency":
+        for g, iv in _memo(rep, ("untraced_waits",), lambda: untraced_waits(rep)).items():
+            out[g] = union_of(out.get(g), iv)
     return out
 
 

@@ -82,6 +82,18 @@ class Steady:
                   flush=True)
 
 
+def produce(q, items: int, ms: float) -> None:
+    """Compute each of ``items`` items for ``ms`` milliseconds (a ``produce`` range) and put its number
+    in ``q``: the producer of the programs whose consumer waits on it (polling, on a pipe, with a
+    timeout)."""
+    from labkit import annotate
+
+    for i in range(items):
+        with annotate.range("produce", batch=i, items=1):
+            cpu(ms)
+        q.put(i)
+
+
 def workers(target, n: int = 2, name: str = "worker") -> None:
     """Run ``target(k)`` for k in 0..n-1, each on a thread named ``{name}{k}``, and wait for them all."""
     threads = [threading.Thread(target=target, args=(k,), name=f"{name}{k}") for k in range(n)]

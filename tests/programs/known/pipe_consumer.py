@@ -14,24 +14,15 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the spawned child imports _known too
 
-from _known import Steady, args, cpu  # noqa: E402
+from _known import Steady, args, cpu, produce  # noqa: E402
 
 from labkit import annotate  # noqa: E402
-
-
-def producer(q, items: int, ms: float) -> None:
-    for i in range(items):
-        with annotate.range("produce", batch=i, items=1):
-            cpu(ms)
-        q.put(i)
-    q.put(None)
-
 
 if __name__ == "__main__":
     a = args(__doc__, items=40)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=producer, args=(q, a.items + 1, 5 if a.fix else 20), name="producer")
+    p = ctx.Process(target=produce, args=(q, a.items + 1, 5 if a.fix else 20), name="producer")
     p.start()
     q.get()  # the first item: the child's interpreter start-up is not the steady loop
     with Steady(a.items):
@@ -39,5 +30,4 @@ if __name__ == "__main__":
             i = q.get()
             with annotate.range("consume", batch=i, items=1):
                 cpu(5)
-    q.get()
     p.join()

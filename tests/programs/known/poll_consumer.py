@@ -12,23 +12,15 @@ import queue
 import threading
 import time
 
-from _known import Steady, args, cpu
+from _known import Steady, args, cpu, produce
 
 from labkit import annotate
 
 a = args(__doc__, items=40)
 q: queue.Queue = queue.Queue()
 
-
-def producer() -> None:
-    for i in range(a.items):
-        with annotate.range("produce", batch=i, items=1):
-            cpu(5 if a.fix else 20)
-        q.put(i)
-
-
 with Steady(a.items):
-    t = threading.Thread(target=producer, name="producer")
+    t = threading.Thread(target=produce, args=(q, a.items, 5 if a.fix else 20), name="producer")
     t.start()
     done = 0
     while done < a.items:

@@ -11,7 +11,7 @@ each occupied all along, nothing to find.
 import queue
 import threading
 
-from _known import Steady, args, cpu
+from _known import Steady, args, cpu, produce
 
 from labkit import annotate
 
@@ -19,16 +19,8 @@ a = args(__doc__, items=40)
 q: queue.Queue = queue.Queue()
 stop = threading.Event()
 
-
-def producer() -> None:
-    for i in range(a.items):
-        with annotate.range("produce", batch=i, items=1):
-            cpu(4 if a.fix else 12)
-        q.put(i)
-
-
 with Steady(a.items):
-    t = threading.Thread(target=producer, name="producer")
+    t = threading.Thread(target=produce, args=(q, a.items, 4 if a.fix else 12), name="producer")
     t.start()
     done = 0
     while done < a.items and not stop.is_set():
