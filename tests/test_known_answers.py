@@ -13,6 +13,7 @@ from pathlib import Path
 
 import known_answers as ka
 import labkit
+from labkit.judge.accounting import account
 import pytest
 
 
@@ -320,9 +321,12 @@ def test_the_gpu_known_answers_recorded_on_an_h200(rec):
     measured by the fix), and the estimate lands within 25 % of the measured 7.2x (it had no finding:
     the copies were assumed to keep their copy-engine time). A sync per step: removing it saves at
     most the time waited in it. Tiny launches: batching 500 adds into one measured 242x; no finding
-    may call itself a bound below that (the launch calls alone promised a 1.74x 'bound')."""
+    may call itself a bound below that (the launch calls alone promised a 1.74x 'bound'), and the
+    launch model (labkit.judge.launches) estimates it within a factor of two (it estimated 15x with
+    the kernels keeping their times)."""
     prog = ka.PROGRAMS[rec["program"]]
-    judged = ka.judge(prog, labkit.load_report(RECORDED / rec["profile"]))
+    rep = labkit.load_report(RECORDED / rec["profile"])
+    judged = ka.judge(prog, rep)
     adv, meas = judged["advice"], rec["measured_x"]
     row = ka.verdict(prog, judged, {"speedup": meas, "noise": 0.0})
     assert not judged["errors"] and not ka.amdahl_violations(adv), row
@@ -337,6 +341,10 @@ def test_the_gpu_known_answers_recorded_on_an_h200(rec):
         # a bound on the profiled run: its thread's other work read 12.7 ms a step under nsys, the fix ran
         # 12.1 ms a step unprofiled, so the measured 1.90x passes the 1.81x bound by 5.2 % (slack: 5 %)
         assert fix["basis"] == "bound" and meas <= fix["predicted_speedup"] * 1.06, row
-    else:
-        assert fix["basis"] == "estimate" and fix["predicted_speedup"] < meas and exceeded.empty, row
-        assert "can gain more" in " ".join(adv["assumptions"]) or "can take less" in " ".join(adv["assumptions"])
+    else:  # the launch model: a step keeps its work around its launches and pays one launch a kernel and shape
+        assert row["fix_rank"] == 1 and fix["lever"] == "batch" and fix["basis"] == "estimate", row
+        # 134.75x against 242x (382x in the first run): low, as the model keeps 38 us a step as nsys recorded it
+        assert meas / 2 < fix["predicted_speedup"] < meas and exceeded.empty, row
+        graphs = adv[adv["lever"] == "cuda_graphs"].iloc[0]  # a graph keeps the kernels' times: the SMs' time bounds it
+        sm_ms = account(rep, window=adv.attrs["window"]).sm_ms
+        assert graphs["predicted_speedup"] == pytest.approx(float(graphs["window_ms"]) / sm_ms, rel=0.01)

@@ -192,8 +192,11 @@ def _amdahl(r: dict, ev: Evidence) -> None:
     r["window_ms"] = w
     acc = ev.acc
     b = acc.busiest
+    gpu_after = r.pop("gpu_ms", None)  # the rule's own model of the SMs after the change
     other = acc.floor_ms(without_thread=int(b["global_tid"]) if b is not None else None,
-                         gpu=r["lever"] not in GPU_LEVERS, less=r.pop("helpers_ms", None))
+                         gpu=r["lever"] not in GPU_LEVERS and gpu_after is None, less=r.pop("helpers_ms", None))
+    if gpu_after is not None:
+        other = max(other, float(gpu_after))
     if r["lever"] in GPU_LEVERS and acc.limiter == "gpu" and b is not None:
         other = max(other, float(b["busy_ms"]))  # faster kernels leave every thread's own work
     touch = w - other
@@ -208,7 +211,7 @@ def _amdahl(r: dict, ev: Evidence) -> None:
     touch = min(max(touch, 0.0), w)
     limit = w / (w - touch) if w - touch > 0 else math.inf
     p = float(r["predicted_speedup"])
-    if p > limit * (1 + 1e-9):  # not where the prediction is its own cap, to rounding
+    if p > limit * (1 + 1e-6):  # not where the prediction is its own cap, to rounding
         r["predicted_speedup"] = p = limit
         r["evidence"] += f"; capped at {limit:.2f}x: the lever removes at most {touch:.0f} of {w:.0f} ms"
     r["saves_ms"] = w - w / p if p > 0 and math.isfinite(p) else touch

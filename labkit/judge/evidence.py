@@ -12,12 +12,14 @@ cores and change when the run changes, so those predictions are estimates ("esti
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 import pandas as pd
 
 from labkit.judge import bottleneck as bn
+from labkit.judge.launches import TINY_KERNEL_US, Launches, launch_steps  # noqa: F401 (the rules' threshold)
 from labkit.judge.whatif import WhatIf
 from labkit.stats.stages import stage_labels, stage_table, trace_span
 from labkit.stats import idle
@@ -51,7 +53,6 @@ MIN_GAIN = 1.05  # the CPU baseline's spread over 3 repeats was 3.9 % (ledger.re
 DOMINANT_SHARE = 0.5  # one stage over half the stage time: no lever on the others can reach 2x
 LOW_GPU_BUSY = 0.5  # the SMs idle more than they work (nsys analyze's low-utilization rule)
 IDLE_GAP_MS = 1.0  # gaps shorter than this are launch latency, not starvation
-TINY_KERNEL_US = 20.0  # a launch call alone took 11 us on the H100 fixture: shorter kernels idle the GPU
 MANY_KERNELS_PER_BATCH = 20  # with fewer launches per batch their cost is small against a stage
 MANY_KERNELS = 1000  # without batches: this many tiny kernels make launch cost worth a look
 CHAIN_THREADS = 4
@@ -116,6 +117,11 @@ class Evidence:
         self.model = WhatIf(rep, self.window, self.stages, sm_ms=self.sm_ms, copy_ms=self.copy_ms)
         self.skip_with, self.skip_every, self.skip_given, self.removable = (), SKIP_EVERY, False, ()
         self.call_cost, self.batch_to = {}, None  # the caller's fitted fixed cost per call (advise(call_cost=))
+
+    @functools.cached_property
+    def launches(self) -> Launches | None:
+        """The what-if of fewer launches on the thread that launched most (:mod:`labkit.judge.launches`)."""
+        return launch_steps(self.rep, self.window, self.stages)
 
     def in_window(self, df: pd.DataFrame) -> pd.DataFrame:
         """Rows of a frame with start_ns inside the window."""

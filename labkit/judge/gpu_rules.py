@@ -10,6 +10,7 @@ import math
 
 import pandas as pd
 
+from labkit.judge import launches
 from labkit.stats import idle
 from labkit.judge.evidence import IDLE_GAP_MS, LOW_GPU_BUSY, MANY_KERNELS, MANY_KERNELS_PER_BATCH, TINY_KERNEL_US, \
     Evidence, row
@@ -128,8 +129,39 @@ def starvation(ev: Evidence) -> list[dict]:
                 "kernels instead); the kernels and the stages keep their measured times")]
 
 
+def _fewer_launches(ev: Evidence, after_ms: float, gpu_ms: float) -> tuple[float, float] | None:
+    """(prediction, ms the launching thread saves) when its steps take ``after_ms`` in all and the
+    SMs ``gpu_ms``: the window over the largest of that thread, the other threads and the SMs."""
+    lm = ev.launches
+    t = ev.acc.threads
+    mine = t.loc[t["global_tid"] == lm.global_tid, "busy_ms"]
+    if not len(mine):
+        return None
+    saves = min(max(lm.now_ms - after_ms, 0.0), float(mine.iloc[0]))
+    others = ev.acc.floor_ms(without_thread=lm.global_tid, gpu=False)
+    return launches.speedup(ev.wall_ms, float(mine.iloc[0]) - saves, others, gpu_ms), saves
+
+
+def _many_a_step(ev: Evidence) -> bool:
+    lm = ev.launches
+    return lm is not None and lm.launches / lm.steps >= MANY_KERNELS_PER_BATCH
+
+
+def _steps_text(ev: Evidence) -> str:
+    lm = ev.launches
+    return (f"; {lm.steps} steps of thread {_tid(ev, lm.global_tid)} launch {lm.launches / lm.steps:.0f} kernels "
+            f"each, {lm.per_launch_us:.1f} us a launch (the call and the work around it)")
+
+
+def _tid(ev: Evidence, gtid: int) -> int:
+    t = ev.acc.threads
+    return int(t.loc[t["global_tid"] == gtid, "tid"].iloc[0])
+
+
 def low_utilization(ev: Evidence) -> list[dict]:
-    """The SMs are busy less than half the window (nsys analyze: gpu_time_util)."""
+    """The SMs are busy less than half the window (nsys analyze: gpu_time_util). Where a step
+    launches many kernels, batching's estimate is the launch model's
+    (:mod:`labkit.judge.launches`): each kernel's launches in a step merged into one."""
     if len(ev.kernels) == 0 or ev.wall_ms <= 0 or ev.sm_ms <= 0 or ev.acc.limiter == "gpu":
         return []  # the SMs are idle most of the time only where they are not the busiest resource
     busy = ev.sm_ms / ev.wall_ms
@@ -137,13 +169,26 @@ def low_utilization(ev: Evidence) -> list[dict]:
         return []
     text = (f"kernels kept the SMs busy {busy:.1%} of {ev.wall_ms:.0f} ms ({ev.sm_ms:.1f} ms; copies "
             f"{ev.copy_ms:.1f} ms apart, not counted)")
-    return [row("gpu_low_utilization", "The GPU's SMs are idle most of the time", text, "batch", ev.wall_ms / ev.sm_ms,
-                "estimate", "the kernels keep their measured times (batching merges them, and a merged kernel can "
-                "take less than their sum); reaching it needs all host work and copies overlapped with them")]
+    fewer = _fewer_launches(ev, ev.launches.merged_ms, ev.launches.gpu_merged_ms) if _many_a_step(ev) else None
+    if fewer is None:
+        return [row("gpu_low_utilization", "The GPU's SMs are idle most of the time", text, "batch",
+                    ev.wall_ms / ev.sm_ms, "estimate", "the kernels keep their measured times (batching merges "
+                    "them, and a merged kernel can take less than their sum); reaching it needs all host work and "
+                    "copies overlapped with them")]
+    lm = ev.launches
+    r = row("gpu_low_utilization", "The GPU's SMs are idle most of the time", text + _steps_text(ev), "batch",
+            fewer[0], "estimate",
+            f"each step's launches of one kernel at one shape become one launch doing their work (independent work, as a "
+            f"batch): a step keeps its work before its first launch and after its last and pays one launch a "
+            f"kernel and shape ({lm.now_ms:.1f} ms of steps become {lm.merged_ms:.1f} ms); {lm.waves} "
+            f"({lm.gpu_now_ms:.1f} ms of kernels become {lm.gpu_merged_ms:.2f} ms); the other threads keep their times")
+    r.update(touch_ms=fewer[1], gpu_ms=lm.gpu_merged_ms)
+    return [r]
 
 
 def launch_bound(ev: Evidence) -> list[dict]:
-    """Many tiny kernels: the launches, not the GPU, set the pace."""
+    """Many tiny kernels: the launches, not the GPU, set the pace. Where steps hold them, the graph's
+    estimate is the launch model's (:mod:`labkit.judge.launches`): a step's launches replayed as one."""
     k = ev.kernels
     if len(k) == 0:
         return []
@@ -157,9 +202,19 @@ def launch_bound(ev: Evidence) -> list[dict]:
         return []
     text = (f"{len(k)} kernels in {ev.wall_ms:.0f} ms" + (f" ({len(k) / ev.batches:.0f} a batch)" if ev.batches else "")
             + f", median {med_us:.1f} us; {len(launches)} launch calls; thread {tid} spent {waited:.1f} ms in them")
-    return [row("launch_bound", "Many tiny kernels: the run is launch-bound", text, "cuda_graphs", b, "estimate",
-                "a graph replay costs nothing next to the launches it replaces and only the launch calls' time "
-                "is saved (the framework's work around each launch may go too: it can gain more); " + OTHERS_KEEP)]
+    fewer = _fewer_launches(ev, ev.launches.graphed_ms, ev.sm_ms) if _many_a_step(ev) else None
+    if fewer is None:
+        return [row("launch_bound", "Many tiny kernels: the run is launch-bound", text, "cuda_graphs", b, "estimate",
+                    "a graph replay costs nothing next to the launches it replaces and only the launch calls' time "
+                    "is saved (the framework's work around each launch may go too: it can gain more); " + OTHERS_KEEP)]
+    lm = ev.launches
+    r = row("launch_bound", "Many tiny kernels: the run is launch-bound", text + _steps_text(ev), "cuda_graphs",
+            fewer[0], "estimate",
+            f"one graph launch replays a step's launches (the same shapes every step): a step keeps its work "
+            f"before its first launch and after its last and pays one launch ({lm.now_ms:.1f} ms of steps become "
+            f"{lm.graphed_ms:.1f} ms); the kernels keep their measured times; the other threads keep theirs")
+    r.update(touch_ms=fewer[1], gpu_ms=ev.sm_ms)
+    return [r]
 
 
 def gpu_bound(ev: Evidence) -> list[dict]:

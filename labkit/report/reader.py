@@ -474,7 +474,8 @@ def _read_graphs(db: _Db) -> pd.DataFrame:
 _GPU_COLS = {"id": "device_id", "name": "name", "chipName": "chip", "busLocation": "bus",
              "totalMemory": "memory_bytes", "smCount": "sm_count", "clockRate": "clock_hz",
              "memoryBandwidth": "memory_bandwidth_bps", "computeMajor": "compute_major",
-             "computeMinor": "compute_minor", "l2CacheSize": "l2_bytes", "uuid": "uuid"}
+             "computeMinor": "compute_minor", "l2CacheSize": "l2_bytes", "uuid": "uuid",
+             "maxWarpsPerSm": "max_warps_per_sm", "threadsPerWarp": "threads_per_warp"}
 
 
 def _read_gpu(db: _Db) -> pd.DataFrame:

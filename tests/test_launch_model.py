@@ -1,0 +1,71 @@
+"""The launch model (labkit.judge.launches) on real GPU traces: what fewer launches leave of a step on
+the host, and what a merged kernel costs on the device, checked against the fix's own kernel where a
+trace holds it and as invariants over every report with launches."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import labkit
+from labkit.judge.launches import SHAPE, launch_steps
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REFERENCE = Path(__file__).resolve().parents[1] / "reports" / "reference"
+TINY = FIXTURES / "known_gpu" / "gpu_tiny_launches.h200.trimmed.sqlite"
+
+
+def _model(rep):
+    a = labkit.advise(rep)
+    return launch_steps(rep, a.attrs["window"], a.attrs["stages"])
+
+
+def test_a_merged_kernel_is_costed_near_the_fixs_own_kernel_in_the_same_trace():
+    """gpu_tiny_launches adds 1.0 to 500 tensors of 1,024 floats a step, one launch each; its fix adds to
+    one (500, 1024) tensor, and the trace holds that kernel too (the program's warm-up launches it).
+    The model merges each step's 500 adds (one kernel, one shape) into one launch: one wave of the
+    H200's thread slots, as long as the longest add. The fix's kernel ran 1.47 us; the model reads the
+    merged kernel short of it (the adds' bytes, 4 MB a step, take time a wave of fixed cost does not
+    show), within a factor of two."""
+    rep = labkit.load_report(TINY)
+    lm = _model(rep)
+    assert lm.steps == 23 and lm.launches == 23 * 500
+    k = rep.kernels
+    threads = k[SHAPE].prod(axis=1)
+    fix_us = float(k.loc[threads == 500 * 128, "duration_ns"].median()) / 1e3  # the (500, 1024) add
+    merged_us = lm.gpu_merged_ms / lm.steps * 1e3
+    assert fix_us / 2 < merged_us <= fix_us, (merged_us, fix_us)
+    # one kernel and shape a step: batching pays one launch a step, as one graph replay does
+    assert lm.merged_ms == pytest.approx(lm.graphed_ms)
+    # what stays of a step: its work before the first launch and after the last, and one launch call
+    assert 0.0 < lm.merged_ms / lm.steps < 0.1 * lm.now_ms / lm.steps
+
+
+def test_a_networks_layers_do_not_merge():
+    """The lab's detector on an H100 (pipeline.nsys2025.3): a step's launches are layers, each its own
+    shape, with the pipeline's own work between them; merging launches of one kernel and shape leaves
+    most of each step where it was."""
+    lm = _model(labkit.load_report(FIXTURES / "pipeline.nsys2025.3.sqlite"))
+    assert lm is not None and lm.merged_ms > 0.8 * lm.now_ms
+
+
+REPORTS = sorted(FIXTURES.rglob("*.sqlite")) + sorted(REFERENCE.rglob("*.sqlite"))
+
+
+@pytest.mark.parametrize("path", REPORTS, ids=[f"{p.parent.name}/{p.stem}" for p in REPORTS])
+def test_fewer_launches_never_cost_more(path):
+    """On every report with launches in its steps: merged launches leave no more than the steps took,
+    and no less than one graph replay does; merged kernels take no longer than the kernels apart."""
+    try:
+        rep = labkit.load_report(path)
+    except labkit.LabkitError as exc:
+        pytest.skip(f"{path.name}: {exc}")
+    if not len(rep.kernels):
+        pytest.skip("no kernels")
+    lm = _model(rep)
+    if lm is None:
+        pytest.skip("no step holds two launches")
+    assert 0 <= lm.graphed_ms <= lm.merged_ms + 1e-9 <= lm.now_ms + 1e-9
+    assert 0 <= lm.gpu_merged_ms <= lm.gpu_now_ms + 1e-9
+    assert np.isfinite(lm.per_launch_us) and lm.per_launch_us > 0
