@@ -188,6 +188,22 @@ def test_a_polling_loop_a_peer_ends_waits_on_that_peer_and_one_on_a_timer_stays_
     assert main_lat < 0.2 * mine["duration_ns"].sum(), (main_lat, mine["duration_ns"].sum())
 
 
+def test_one_loop_a_peer_happened_to_end_tells_nothing():
+    """The polling test's watcher once read as a peer wait on a fresh clone's CI run: its naps were one
+    loop (nothing it did split them), and a producer's range happened to end in its last nap; one of
+    one is 'most', and over a chance of 0.3. A thread's waits are its peers' only where chance cannot
+    explain how many a peer ended (labkit.stats.blocked.POLL_P)."""
+    import numpy as np
+
+    from labkit.stats.blocked import _ended_by_peers
+
+    acts = np.arange(0, 1_000_000_000, 20_000_000, dtype=np.int64)  # a peer acting every 20 ms for 1 s
+    one = _ended_by_peers(acts, np.array([499_000_000]), np.array([501_000_000]), (0, 1_000_000_000))
+    assert not one.any()  # 1 of 1 ended: chance (a 2 ms window, 10 %) explains it
+    lo = acts[5:30] - 1_000_000  # 25 loops, each ending within 1 ms of an act: no chance does that
+    assert _ended_by_peers(acts, lo, lo + 2_000_000, (0, 1_000_000_000)).all()
+
+
 def test_a_wait_no_call_names_is_seen_in_the_context_switches(tmp_path):
     """timed_wait, recorded with context switches (tests/fixtures/README.md): its consumer takes items
     with queue.get(timeout=0.05), which blocks in sem_clockwait, a call the OS runtime trace of nsys

@@ -161,7 +161,7 @@ def _tid(ev: Evidence, gtid: int) -> int:
 def low_utilization(ev: Evidence) -> list[dict]:
     """The SMs are busy less than half the window (nsys analyze: gpu_time_util). Where a step
     launches many kernels, batching's estimate is the launch model's
-    (:mod:`labkit.judge.launches`): each kernel's launches in a step merged into one."""
+    (:mod:`labkit.judge.launches`): each step's launches of one kernel at one shape merged into one."""
     if len(ev.kernels) == 0 or ev.wall_ms <= 0 or ev.sm_ms <= 0 or ev.acc.limiter == "gpu":
         return []  # the SMs are idle most of the time only where they are not the busiest resource
     busy = ev.sm_ms / ev.wall_ms

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.stats import idle
+from labkit.stats.stages import stage_labels
 
 TINY_KERNEL_US = 20.0
 """A kernel shorter than this is mostly its fixed cost (a launch call alone took 11 us on the H100
@@ -121,7 +122,8 @@ def launch_steps(rep, window: tuple[int, int], stages) -> Launches | None:
     gtid = int(calls["global_tid"].value_counts().idxmax())
     mine = calls[calls["global_tid"] == gtid].sort_values("start_ns")
     nv = rep.nvtx
-    r = nv[(nv["global_tid"] == gtid) & (nv["kind"] != "mark") & nv["name"].isin(list(stages))
+    named = nv["name"].isin(list(stages)) | stage_labels(nv).isin(list(stages))  # names or domain:name labels
+    r = nv[(nv["global_tid"] == gtid) & (nv["kind"] != "mark") & named
            & (nv["start_ns"] >= w0) & (nv["end_ns"] <= w1)].sort_values("start_ns")
     if not len(r):
         return None

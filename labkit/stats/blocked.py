@@ -64,9 +64,21 @@ RUNTIME_THREADS = re.compile(r"^(cuda-EvtHandlr|cuda[0-9a-f]{8,}|CUPTI worker th
 profiled process: they wait for work, whatever they are blocked in; never the program's own."""
 
 POLL_GAP = 0.25
-"""Two sleeps of one thread belong to one polling loop when the gap between them is at most this
-share of the shorter nap, and no range of that thread starts or ends and no other blocking call
-falls in it: the thread only checks a condition between naps."""
+"""Two sleeps of one thread belong to one polling loop when the gap between them, less its waits for
+a lock (:data:`LOCK_OSRT`), is at most this share of the shorter nap, and no range of that thread
+starts or ends and no other blocking call falls in it: the thread only checks a condition between
+naps."""
+LOCK_OSRT = re.compile(
+    r"^(pthread_cond_(timed|clock)?wait|sem_(timed|clock)?wait|pthread_mutex_(timed|clock)?lock"
+    r"|pthread_rwlock_(timed|clock)?(rd|wr)lock|futex)(_v\d+)?$")
+"""Waits for a lock or a condition. Between two naps they are the polling thread taking the lock its
+check needs (Python's GIL: CPython waits for it in ``pthread_cond_timedwait``), not the end of its
+loop: a thread whose loop such waits split would end its loops whenever its peers hold the GIL,
+that is, when they act."""
+POLL_P = 1e-3
+"""A thread's waits end by its peers' acts only where so many did that chance explains it with
+probability below this (one-sided binomial test against the chance share, :func:`_ended_by_peers`):
+five loops, three of which a peer happened to end, tell nothing."""
 POLL_RELEASED = 0.5
 """A thread's polls wait on peers when at least this share of them ends in a nap during which a peer
 acted (ended a work range or made a :data:`RELEASING_OSRT` call)..."""
@@ -75,7 +87,8 @@ POLL_OVER_CHANCE = 0.3
 at which a peer acted in the preceding nap's length: peers that act all the time end every nap by
 chance, and tell nothing."""
 READ_SLACK_NS = 1_000_000
-"""A read a peer ended returns within this much of the peer's act (a thread woken on a loaded machine)."""
+"""A read a peer ended returns within this much of the peer's act (a thread woken on a loaded machine);
+a poll's last check may end up to this much after its last nap (it waited for the GIL the peer held)."""
 READ_BLOCKED_NS = 50_000
 """A read shorter than this found its data there: nothing ended it."""
 
@@ -179,25 +192,33 @@ def _acted(times: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 def _ended_by_peers(others: np.ndarray, lo: np.ndarray, hi: np.ndarray, span: tuple[int, int]) -> np.ndarray:
     """For one thread's waits, whether a peer's act (``others``, sorted) ended each: one lies in its
     [lo, hi]. All False unless most did (:data:`POLL_RELEASED`) and far more than chance
-    (:data:`POLL_OVER_CHANCE`: acts in a window as long, at instants spread evenly over ``span``)."""
+    (:data:`POLL_OVER_CHANCE`: acts in a window as long, at instants spread evenly over ``span``),
+    too many for chance to explain (:data:`POLL_P`)."""
     ended = _acted(others, lo, hi)
     if len(ended) == 0 or ended.mean() < POLL_RELEASED:
         return np.zeros(len(ended), dtype=bool)
     width = int(np.median(hi - lo))
     probes = np.linspace(span[0] + width, max(span[1], span[0] + width), 512).astype(np.int64)
     chance = float(_acted(others, probes - width, probes).mean())
-    return ended if ended.mean() - chance >= POLL_OVER_CHANCE else np.zeros(len(ended), dtype=bool)
+    if ended.mean() - chance < POLL_OVER_CHANCE:
+        return np.zeros(len(ended), dtype=bool)
+    from scipy.stats import binomtest
+
+    p = binomtest(int(ended.sum()), len(ended), min(max(chance, 1e-6), 1 - 1e-6), alternative="greater").pvalue
+    return ended if p < POLL_P else np.zeros(len(ended), dtype=bool)
 
 
-def _polls(naps: pd.DataFrame, calls: pd.DataFrame, bounds: np.ndarray) -> np.ndarray:
+def _polls(naps: pd.DataFrame, calls: np.ndarray, bounds: np.ndarray, locks: Intervals | None = None) -> np.ndarray:
     """For one thread's sleeps (sorted by start), the id of the polling loop each belongs to (-1: a
-    single nap, no loop): consecutive naps with a short gap (:data:`POLL_GAP`) in which ``bounds``
-    (its ranges' starts and ends, sorted) and ``calls`` (its other blocking calls' starts, sorted)
-    have nothing."""
+    single nap, no loop): consecutive naps with a short gap (:data:`POLL_GAP`; the time in ``locks``,
+    its waits for a lock, sorted disjoint intervals, not counted) in which ``bounds`` (its ranges'
+    starts and ends, sorted) and ``calls`` (its other blocking calls' starts, sorted) have nothing."""
     s, e = naps["start_ns"].to_numpy(np.int64), naps["end_ns"].to_numpy(np.int64)
     if len(s) < 2:
         return np.full(len(s), -1)
     gap = s[1:] - e[:-1]
+    if locks is not None and len(locks[0]):
+        gap = gap - (covered_before(locks, s[1:]) - covered_before(locks, e[:-1]))
     nap = np.minimum(e[:-1] - s[:-1], e[1:] - s[1:])
     quiet = (np.searchsorted(bounds, s[1:], side="left") == np.searchsorted(bounds, e[:-1], side="right")) & \
             (np.searchsorted(calls, s[1:], side="left") == np.searchsorted(calls, e[:-1], side="right"))
@@ -211,9 +232,12 @@ def peer_polls(rep) -> pd.Index:
     """The OS runtime rows (index of ``rep.osrt``) of sleeps in polling loops that a peer ended.
 
     A *polling loop* is two or more naps of one thread with next to nothing between them (:func:`_polls`):
-    the thread checks a condition between naps. The loop ends when the condition holds; if a peer
-    (:func:`_peer_events`) acted during its last nap, ended a work range or made a
-    :data:`RELEASING_OSRT` call, the peer made it hold: the loop waited on that peer. A thread's
+    the thread checks a condition between naps, taking the lock it needs (a lock wait between naps
+    is no end of the loop, :data:`LOCK_OSRT`). The loop ends when the condition holds; if a peer
+    (:func:`_peer_events`) acted between the check before (the end of the loop's last-but-one nap) and
+    the end of the check that found it (the thread's next event, at most :data:`READ_SLACK_NS` after
+    the last nap), ended a work range or made a :data:`RELEASING_OSRT` call, the peer made
+    it hold: the loop waited on that peer. A thread's
     loops count so only where most end that way, far more often than chance (:func:`_ended_by_peers`);
     its loops that no peer ended stay latency.
     """
@@ -234,14 +258,25 @@ def peer_polls(rep) -> pd.Index:
         r = ranges[ranges["global_tid"] == g] if len(ranges) else ranges
         bounds = np.sort(np.r_[r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64)]) if len(r) else \
             np.zeros(0, np.int64)
-        calls = np.sort(o.loc[(o["global_tid"] == g) & ~o.index.isin(naps.index), "start_ns"].to_numpy(np.int64))
-        loop = _polls(mine, calls, bounds)
+        other = o[(o["global_tid"] == g) & ~o.index.isin(naps.index)]
+        lock = other["name"].astype(str).str.match(LOCK_OSRT)
+        calls = np.sort(other.loc[~lock, "start_ns"].to_numpy(np.int64))
+        locks = busy_intervals(other.loc[lock, "start_ns"].to_numpy(np.int64), other.loc[lock, "end_ns"].to_numpy(np.int64))
+        loop = _polls(mine, calls, bounds, locks)
         if (loop >= 0).sum() == 0:
             continue
-        last = mine[loop >= 0].assign(loop=loop[loop >= 0]).groupby("loop").tail(1)
-        ended = _ended_by_peers(others, last["start_ns"].to_numpy(np.int64), last["end_ns"].to_numpy(np.int64),
-                                (int(mine["start_ns"].min()), int(mine["end_ns"].max())))
-        kept = set(last["loop"].to_numpy()[ended])
+        # each loop's last check found the condition: a peer acted after the check before it (from the
+        # end of the loop's last-but-one nap) and before that last check ended (the thread's next event,
+        # at most READ_SLACK_NS after its last nap: a check waits for the GIL a peer holds as it acts)
+        pos = np.flatnonzero(loop >= 0)
+        last = pos[np.r_[loop[pos][1:] != loop[pos][:-1], True]]
+        e = mine["end_ns"].to_numpy(np.int64)
+        after = np.sort(np.r_[bounds, calls, mine["start_ns"].to_numpy(np.int64)])
+        i = np.searchsorted(after, e[last], side="right")
+        nxt = np.where(i < len(after), after[np.minimum(i, len(after) - 1)], e[last] + READ_SLACK_NS)
+        ended = _ended_by_peers(others, e[last - 1], np.minimum(nxt, e[last] + READ_SLACK_NS),
+                                (int(mine["start_ns"].min()), int(e.max())))
+        kept = set(loop[last][ended])
         out.append(mine.index[np.isin(loop, list(kept))])
     return out[0].append(out[1:]) if out else pd.Index([])
 
