@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.judge import bottleneck as bn
-from labkit.judge.launches import TINY_KERNEL_US, Launches, launch_steps  # noqa: F401 (the rules' threshold)
+from labkit.judge.launches import Launches, launch_steps
 from labkit.judge.whatif import WhatIf
 from labkit.stats.stages import stage_labels, stage_table, trace_span
 from labkit.stats import idle

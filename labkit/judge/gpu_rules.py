@@ -11,9 +11,9 @@ import math
 import pandas as pd
 
 from labkit.judge import launches
+from labkit.judge.evidence import IDLE_GAP_MS, LOW_GPU_BUSY, MANY_KERNELS, MANY_KERNELS_PER_BATCH, Evidence, row
+from labkit.judge.launches import TINY_KERNEL_US
 from labkit.stats import idle
-from labkit.judge.evidence import IDLE_GAP_MS, LOW_GPU_BUSY, MANY_KERNELS, MANY_KERNELS_PER_BATCH, TINY_KERNEL_US, \
-    Evidence, row
 
 OTHERS_KEEP = "the thread's other work and the kernels keep their measured times"
 """What a GPU-side bound keeps: only the time waited in the calls it names is saved."""

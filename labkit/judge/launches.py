@@ -53,11 +53,11 @@ class Launches:
     steps: int
     launches: int
     now_ms: float        # the steps' time as measured
-    merged_ms: float     # with each kernel's launches in a step merged into one
+    merged_ms: float     # with each step's launches of one kernel at one shape merged into one
     graphed_ms: float    # with each step's launches replayed as one graph
     per_launch_us: float  # the typical launch: its call and the framework's work around it
     gpu_now_ms: float    # the kernels' summed time in the window
-    gpu_merged_ms: float  # the same with each step's launches of one kernel merged
+    gpu_merged_ms: float  # the same with each step's launches of one kernel at one shape merged
     waves: str           # how a merged kernel is costed, in words
 
 
