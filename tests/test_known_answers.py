@@ -209,13 +209,13 @@ def test_a_wait_no_call_names_is_seen_in_the_context_switches(tmp_path):
     with queue.get(timeout=0.05), which blocks in sem_clockwait, a call the OS runtime trace of nsys
     2022.4 does not record. Off its CPU between its ranges in no traced call, the consumer waited
     (untraced_waits): the producer limits, and a cheaper 'produce' is a bound the fix (12 -> 4 ms) did
-    not exceed. The same export without its context switches (SCHED_EVENTS dropped): the wait is
-    untraced time, the consumer's own, two threads each occupied all along, and no finding names
-    'produce'."""
+    not exceed. The same export without its context switches (SCHED_EVENTS dropped): the wait is an
+    untraced gap between the consumer's ranges, and the producer's hand-over ends nearly every one
+    (peer_gaps): the same verdict, read from the gaps instead of the switches."""
     import shutil
     import sqlite3
 
-    from labkit.stats.blocked import untraced_waits
+    from labkit.stats.blocked import peer_gaps, untraced_waits
 
     rec = json.loads((ka.SWITCHES_RECORDED / "known_answers.jsonl").read_text().splitlines()[0])
     prog = ka.PROGRAMS[rec["program"]]
@@ -237,8 +237,44 @@ def test_a_wait_no_call_names_is_seen_in_the_context_switches(tmp_path):
     shutil.copy(path, bare)
     with sqlite3.connect(bare) as db:
         db.execute("DROP TABLE SCHED_EVENTS")
-    adv = labkit.advise(labkit.load_report(bare))
-    assert "produce" not in set(adv["stage"].dropna()), adv[["lever", "stage", "predicted_speedup"]]
+    plain = labkit.load_report(bare)
+    assert len(plain.offcpu) == 0
+    gaps = peer_gaps(plain)
+    assert set(gaps) == {main}  # the producer's gaps end on its own clock (its ranges start after a put)
+    assert (gaps[main][1] - gaps[main][0]).sum() / 1e6 > 200
+    assert set(untraced_waits(plain)) == {main} and (untraced_waits(plain)[main][0] == gaps[main][0]).all()
+    judged = ka.judge(prog, plain)
+    row = ka.verdict(prog, judged, {"speedup": rec["measured_x"], "noise": rec["noise"]})
+    assert row["passed"] and row["fix_rank"] == 1 and row["basis"] == "bound", row
+    assert not ka.amdahl_violations(judged["advice"])
+
+
+@pytest.mark.nsys
+def test_untraced_work_between_ranges_stays_a_threads_own_time(tmp_path):
+    """The untraced gaps of a thread that computes between its ranges end on its own clock: the main
+    thread computes 7 ms unannotated and then 'consume's 4 ms, while a producer ends a 'produce' range
+    every 12 ms and hands each item over (which no one waits for). The main thread's gaps end within
+    1 ms of a producer's act only as often as chance does (their periods differ by 1 ms), so none is
+    a wait (peer_gaps): the 7 ms stay the main thread's own time."""
+    from labkit.judge.whatif import WhatIf
+    from labkit.stats.blocked import peer_gaps
+
+    prog = tmp_path / "own_clock.py"
+    prog.write_text(
+        "import queue, threading\nfrom labkit import annotate\nfrom _known import cpu\n"
+        "q = queue.Queue()\n"
+        "def produce():\n    for i in range(36):\n"
+        "        with annotate.range('produce', batch=i, items=1):\n            cpu(12)\n        q.put(i)\n"
+        "threading.Thread(target=produce, name='producer').start()\n"
+        "for i in range(40):\n    cpu(7)\n"
+        "    with annotate.range('consume', batch=i, items=1):\n        cpu(4)\n")
+    rep = _profile_inline(prog, tmp_path, ("cuda", "nvtx", "osrt"))
+    nv = rep.nvtx
+    main = int(nv.loc[nv["name"] == "consume", "global_tid"].iloc[0])
+    assert main not in peer_gaps(rep)
+    model = WhatIf(rep, (int(nv["start_ns"].min()), int(nv["end_ns"].max())), None)
+    own = model.threads.set_index("tid")["own_ms"]
+    assert own[main] > 1.5 * nv.loc[nv["name"] == "consume", "duration_ns"].sum() / 1e6, own  # 11 ms a step, not 4
 
 
 @pytest.mark.nsys

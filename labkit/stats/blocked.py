@@ -28,7 +28,7 @@ from labkit.stats.idle import busy_intervals, copy_calls, sync_calls, union_of
 
 __all__ = ["BLOCKING_OSRT", "LATENCY_OSRT", "RELEASING_OSRT", "RUNTIME_THREADS", "WAIT_WORDS", "is_wait",
            "blocking_osrt", "blocked_intervals", "blocked_in", "covered_before", "overlap_ns", "peer_polls",
-           "peer_reads", "runtime_threads", "untraced_waits", "work_ranges", "Intervals"]
+           "peer_gaps", "peer_reads", "runtime_threads", "untraced_waits", "work_ranges", "Intervals"]
 
 BLOCKING_OSRT = re.compile(
     r"^(nanosleep|clock_nanosleep|usleep|sleep|pause|sigsuspend|sigwait\w*|sigtimedwait"
@@ -325,17 +325,21 @@ def _minus(a: Intervals, b: Intervals) -> Intervals:
 
 
 def untraced_waits(rep) -> dict[int, Intervals]:
-    """Per thread (``global_tid``), the time it was off its CPU (``rep.offcpu``: a report recorded
-    with context switches) in no traced call (OS runtime or CUDA) and no NVTX range of its own: it
-    waited in something the trace does not name. Python's timed waits (``queue.get(timeout=...)``,
-    ``Event.wait(t)``) block in ``sem_clockwait``, which nsys 2022.4's OS runtime trace misses. Such
-    time waits on a peer (a lock, a queue) far more often than on a device, whose calls are traced.
-    Time off the CPU inside a range or a traced call is that range's or call's; nsys 2022.4 records no
-    thread state, so a thread preempted between its ranges reads as waiting too. Empty without
-    context switches."""
+    """Per thread (``global_tid``), the time it waited in something the trace does not name. Python's
+    timed waits (``queue.get(timeout=...)``, ``Event.wait(t)``) block in ``sem_clockwait``, which
+    nsys 2022.4's OS runtime trace misses. Such time waits on a peer (a lock, a queue) far more often
+    than on a device, whose calls are traced.
+
+    - In a report recorded with context switches (``rep.offcpu``): the time the thread was off its CPU
+      in no traced call (OS runtime or CUDA) and no NVTX range of its own. Time off the CPU inside a
+      range or a traced call is that range's or call's; nsys 2022.4 records no thread state, so a
+      thread preempted between its ranges reads as waiting too.
+    - Without context switches: the untraced gaps between an annotated thread's ranges that its peers'
+      acts end, far more often than chance (:func:`peer_gaps`).
+    """
     off = getattr(rep, "offcpu", None)
     if off is None or len(off) == 0:
-        return {}
+        return peer_gaps(rep)
     nv = rep.nvtx
     parts = [f[["global_tid", "start_ns", "end_ns"]] for f in (nv[nv["kind"] != "mark"] if len(nv) else nv,
                                                                rep.cuda_api, rep.osrt) if len(f)]
@@ -349,6 +353,50 @@ def untraced_waits(rep) -> dict[int, Intervals]:
             iv = _minus(iv, busy_intervals(s, np.maximum(t["end_ns"].to_numpy(np.int64), s)))
         if len(iv[0]):
             out[int(g)] = iv
+    return out
+
+
+def peer_gaps(rep) -> dict[int, Intervals]:
+    """Per annotated thread (``global_tid``), its untraced gaps that a peer ended: waits below the
+    trace, for a report without context switches.
+
+    A *gap* is time between a thread's first work range and its last (not its start-up) in which it is in none of its NVTX ranges, CUDA
+    calls or blocking OS runtime calls (a lock wait, :data:`LOCK_OSRT`, and calls that do not block
+    lie inside it: a wait loop takes the GIL and signals). A gap of at least :data:`READ_BLOCKED_NS`
+    that ends within :data:`READ_SLACK_NS` after a peer's act (:func:`_peer_events`: the end of a work
+    range, a hand-over call) waited for that act, as ``queue.get(timeout=...)`` in a loop does for
+    the producer's put. A thread's gaps count so only where most end that way, far more often than
+    chance (:func:`_ended_by_peers`); the gaps of a thread that computes between its ranges end on
+    its own clock and stay its own time. The whole gap counts as waiting: untraced work just before
+    such a wait reads as waiting too (context switches tell them apart)."""
+    r = work_ranges(rep)
+    if len(r) == 0:
+        return {}
+    events = _peer_events(rep)
+    if len(events) == 0:
+        return {}
+    nv = rep.nvtx
+    o = blocking_osrt(rep)
+    if len(o):
+        o = o[~o["name"].astype(str).str.match(LOCK_OSRT)]
+    parts = [f[["global_tid", "start_ns", "end_ns"]] for f in (nv[nv["kind"] != "mark"], rep.cuda_api, o) if len(f)]
+    traced = pd.concat(parts, ignore_index=True)
+    runtime = runtime_threads(rep)
+    span = r.groupby("global_tid")[["start_ns", "end_ns"]].agg({"start_ns": "min", "end_ns": "max"})
+    out = {}
+    for g, d in traced[traced["global_tid"].isin(set(span.index) - runtime)].groupby("global_tid", sort=False):
+        s = d["start_ns"].to_numpy(np.int64)
+        bs, be = busy_intervals(s, np.maximum(d["end_ns"].to_numpy(np.int64), s))
+        gs, ge = be[:-1], bs[1:]
+        first, last = int(span.at[g, "start_ns"]), int(span.at[g, "end_ns"])
+        keep = (ge - gs >= READ_BLOCKED_NS) & (gs >= first) & (ge <= last)  # between its ranges, not start-up
+        gs, ge = gs[keep], ge[keep]
+        others = events.loc[events["global_tid"] != g, "t_ns"].to_numpy(np.int64)
+        if len(gs) == 0 or len(others) == 0:
+            continue
+        ended = _ended_by_peers(others, np.maximum(gs, ge - READ_SLACK_NS), ge, (int(bs[0]), int(be[-1])))
+        if ended.any():
+            out[int(g)] = (gs[ended], ge[ended])
     return out
 
 

@@ -5,8 +5,9 @@ waits block in ``sem_clockwait``, which nsys 2022.4's OS runtime trace does not 
 is seen only as time off the CPU (context switches). ``--fix``: ``produce`` takes 4 ms.
 
 Known answer: lever ``cheaper_stage`` on ``produce``; 12/4 = 3x, the consumer's 4 ms then limits.
-Without context switches the wait is untraced time, counted as the consumer's own: two threads
-each occupied all along, nothing to find.
+Profiled as ``timed_wait`` with context switches (the wait is time off the CPU in no traced call),
+and as ``timed_wait_untraced`` without them (labkit's default): there the wait is an untraced gap
+between the consumer's ranges, and the producer's act ends nearly every one of them.
 """
 import queue
 import threading
