@@ -28,7 +28,7 @@ WAIT_RANGE = "queue_wait"
 """The NVTX range around a thread's wait on a full or empty queue. Python's timed lock waits
 (``sem_clockwait``) are not among the OS runtime calls nsys 2022.4 traces, so without it a thread
 waiting on its queue would look busy; a range whose name says it waits is counted as blocked, not
-work (``labkit.stats.blocked.WAIT_WORDS``). Not a stage: it carries no ``items``."""
+work (``labkit.stats.calls.WAIT_WORDS``). Not a stage: it carries no ``items``."""
 
 
 def put_until(q: queue.Queue, stop: threading.Event, item) -> None:

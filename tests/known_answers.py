@@ -107,6 +107,7 @@ _ALL = [
     Program("pipe_consumer", "pipe_consumer.py", ("cheaper_stage",), "produce", 4.0),
     Program("timed_wait", "timed_wait.py", ("cheaper_stage",), "produce", 3.0, switches=True),
     Program("timed_wait_untraced", "timed_wait.py", ("cheaper_stage",), "produce", 3.0),
+    Program("fed_pool", "fed_pool.py", ("cheaper_stage",), "produce", 2.0),
     Program("balanced", "balanced.py", (), None, 1.0),
     Program("startup_heavy", "startup_heavy.py", ("overlap_stages",), "load", 1.7, limiter=("load", "step")),
     Program("gpu_pageable", "gpu_pageable.py", ("pin_memory",), None, 2.0, gpu=True),

@@ -155,7 +155,8 @@ def test_a_polling_loop_a_peer_ends_waits_on_that_peer_and_one_on_a_timer_stays_
     ms apart, which no thread sets. The main thread's loops end in the nap during which the producer
     ended a range, nearly all of them: waits on that peer. The watcher's end there only as often as
     chance puts a peer's act in a 2 ms nap: its naps stay latency, its own time."""
-    from labkit.stats.blocked import blocked_intervals, peer_polls
+    from labkit.stats.blocked import blocked_intervals
+    from labkit.stats.peers import peer_polls
 
     prog = tmp_path / "two_polls.py"
     prog.write_text(
@@ -192,10 +193,10 @@ def test_one_loop_a_peer_happened_to_end_tells_nothing():
     """The polling test's watcher once read as a peer wait on a fresh clone's CI run: its naps were one
     loop (nothing it did split them), and a producer's range happened to end in its last nap; one of
     one is 'most', and over a chance of 0.3. A thread's waits are its peers' only where chance cannot
-    explain how many a peer ended (labkit.stats.blocked.POLL_P)."""
+    explain how many a peer ended (labkit.stats.peers.POLL_P)."""
     import numpy as np
 
-    from labkit.stats.blocked import _ended_by_peers
+    from labkit.stats.peers import _ended_by_peers
 
     acts = np.arange(0, 1_000_000_000, 20_000_000, dtype=np.int64)  # a peer acting every 20 ms for 1 s
     one = _ended_by_peers(acts, np.array([499_000_000]), np.array([501_000_000]), (0, 1_000_000_000))
@@ -215,7 +216,8 @@ def test_a_wait_no_call_names_is_seen_in_the_context_switches(tmp_path):
     import shutil
     import sqlite3
 
-    from labkit.stats.blocked import peer_gaps, untraced_waits
+    from labkit.stats.blocked import untraced_waits
+    from labkit.stats.peers import peer_gaps
 
     rec = json.loads((ka.SWITCHES_RECORDED / "known_answers.jsonl").read_text().splitlines()[0])
     prog = ka.PROGRAMS[rec["program"]]
@@ -257,7 +259,7 @@ def test_untraced_work_between_ranges_stays_a_threads_own_time(tmp_path):
     1 ms of a producer's act only as often as chance does (their periods differ by 1 ms), so none is
     a wait (peer_gaps): the 7 ms stay the main thread's own time."""
     from labkit.judge.whatif import WhatIf
-    from labkit.stats.blocked import peer_gaps
+    from labkit.stats.peers import peer_gaps
 
     prog = tmp_path / "own_clock.py"
     prog.write_text(

@@ -57,7 +57,7 @@ def test_the_cuda_drivers_threads_wait_for_work():
     """The unannotated CUTLASS run: its main thread is blocked in one synchronous copy and one sync;
     the CUDA driver's event thread sits in poll all along, waiting for work. It had read as the
     limiting thread, blocked on its input (parallel_input, 1.60x)."""
-    from labkit.stats.blocked import runtime_threads
+    from labkit.stats.calls import runtime_threads
 
     r = rep("wenscarl_2023.2_cutlass_report1")
     names = r.threads.set_index("global_tid")["thread_name"]
@@ -102,7 +102,7 @@ def test_a_wait_is_a_word_of_the_name_not_part_of_one():
     """Range names count as waits by their words: the lab's 'queue_wait', nsys users' 'wait' and
     'sync' do; TensorRT's layer ranges '/blocks.0/blocks.0.1/Conv' (centerformer) did by substring, and
     made 68.7 ms of find_centers' time blocked, though nothing there waited."""
-    from labkit.stats.blocked import is_wait
+    from labkit.stats.calls import is_wait
 
     for name in ("queue_wait", "wait_batch", "QueueWait", "main->test_copies->wait", "sync", "cudaStreamSynchronize",
                  "idle", "sleep_a_bit", "await_reply", "blocked_on_io"):

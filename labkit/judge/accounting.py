@@ -29,7 +29,8 @@ import numpy as np
 import pandas as pd
 
 from labkit.report.cpu import osrt_calls
-from labkit.stats.blocked import blocked_intervals, work_ranges
+from labkit.stats.blocked import blocked_intervals
+from labkit.stats.calls import work_ranges
 from labkit.stats.idle import busy_in, busy_intervals, engine_busy, launch_calls
 from labkit.stats.stages import domains, trace_span
 

@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 
 from labkit.judge.accounting import account, chosen_window, thread_label
-from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait
+from labkit.stats.blocked import blocked_in, blocked_intervals
+from labkit.stats.calls import is_wait
 from labkit.stats.idle import busy_in, busy_intervals, engine_busy
 from labkit.report.window import windowed
 from labkit.stats.stages import _warmup_mask, domains, stage_labels

@@ -16,7 +16,7 @@ import pandas as pd
 
 from labkit.report.window import restrict, windowed
 
-__all__ = ["busy_intervals", "union_of", "gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown", "SYNC_CALLS", "SM_KINDS",
+__all__ = ["busy_intervals", "covered_before", "union_of", "gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown", "SYNC_CALLS", "SM_KINDS",
            "COPY_KINDS", "sync_calls", "copy_calls", "launch_calls"]
 
 SM_KINDS = ("kernel", "graph")
@@ -86,6 +86,19 @@ def union_of(a, b):
     if not parts:
         return None
     return busy_intervals(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+
+
+def covered_before(iv: tuple[np.ndarray, np.ndarray], t: np.ndarray) -> np.ndarray:
+    """Time covered by the sorted disjoint intervals ``iv`` before each instant of ``t``."""
+    s, e = iv
+    if len(s) == 0:
+        return np.zeros(len(t), dtype=np.int64)
+    cum = np.r_[0, np.cumsum(e - s)]
+    i = np.searchsorted(s, t, side="right")  # intervals starting at or before t
+    before = cum[i]
+    last = np.maximum(i - 1, 0)
+    inside = (i > 0) & (t < e[last])
+    return before - np.where(inside, e[last] - t, 0)
 
 
 def busy_before(ms: np.ndarray, me: np.ndarray, t: np.ndarray) -> np.ndarray:

@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from labkit.stats.idle import busy_intervals, gpu_idle_breakdown, gpu_idle_gaps, gpu_utilization
-from labkit.stats.blocked import blocked_in, blocked_intervals, is_wait
+from labkit.stats.blocked import blocked_in, blocked_intervals
+from labkit.stats.calls import is_wait
 from labkit.stats.summaries import gpu_projection
 from labkit.report.cpu import osrt_calls
 from labkit.report.window import windowed
@@ -108,7 +109,7 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
     Args:
         stages: range names to include, in this order (default: all, by CPU time; in an annotated
             report, one whose ranges carry ``items`` marks, a range without items whose name says it
-            waits (:data:`labkit.stats.blocked.WAIT_WORDS`, a ``queue_wait``) is its thread's blocked
+            waits (:data:`labkit.stats.calls.WAIT_WORDS`, a ``queue_wait``) is its thread's blocked
             time, not a stage, and is left out).
         warmup: instances whose payload (batch index) is below this are left out, with every
             range nested inside them.
