@@ -53,7 +53,8 @@ class Program:
     profile cannot say: a removable stage, the K of skip-work). ``blocked``: the run's time is
     mostly blocked (sleeps, reads), and the bottleneck sentence must say so. ``expected_x``: the
     speed-up of the fix by construction, on two free cores (for the reader; the test uses the
-    measured one).
+    measured one). ``not_rules``: rules whose explanation is false of the program by construction
+    (workers that run at once do not take turns): the top finding must not be one of them.
     """
 
     name: str
@@ -66,6 +67,7 @@ class Program:
     blocked: bool = False
     limiter: tuple[str, ...] = ()
     switches: bool = False
+    not_rules: tuple[str, ...] = ()
 
     @property
     def argv(self) -> list[str]:
@@ -108,6 +110,7 @@ _ALL = [
     Program("timed_wait", "timed_wait.py", ("cheaper_stage",), "produce", 3.0, switches=True),
     Program("timed_wait_untraced", "timed_wait.py", ("cheaper_stage",), "produce", 3.0),
     Program("fed_pool", "fed_pool.py", ("cheaper_stage",), "produce", 2.0),
+    Program("pool_limits", "pool_limits.py", ("cheaper_stage",), "work", 3.3, not_rules=("taking_turns",)),
     Program("balanced", "balanced.py", (), None, 1.0),
     Program("startup_heavy", "startup_heavy.py", ("overlap_stages",), "load", 1.7, limiter=("load", "step")),
     Program("gpu_pageable", "gpu_pageable.py", ("pin_memory",), None, 2.0, gpu=True),
@@ -261,6 +264,8 @@ def verdict(prog: Program | str, judged: dict, measured: dict) -> dict:
         limiter = prog.limiter or ((prog.stage,) if prog.stage else ())
         if limiter and not _names(limiter, top):
             why.append(f"top finding is about {top.get('stage')!r}, not the limiting thread's {'/'.join(limiter)}")
+        if top.get("rule") in prog.not_rules:
+            why.append(f"top finding's rule {top['rule']} does not explain this program")
         if fix is None:
             why.append(f"no {'/'.join(prog.levers)} finding" + (f" on {prog.stage!r}" if prog.stage else ""))
         else:

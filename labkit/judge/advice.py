@@ -20,13 +20,21 @@ import pandas as pd
 from labkit.errors import LabkitError
 from labkit.judge import rules as advice_rules
 from labkit.judge.accounting import account, chosen_window
+from labkit.judge.batch_rules import fitted_batch, per_call, underfilled
+from labkit.judge.gpu_rules import (gpu_bound, launch_bound, low_utilization, pageable, starvation, sync_apis,
+                                    sync_copies)
 from labkit.judge.evidence import ADVICE_COLUMNS, DECODE_BOUND, LEVERS, MIN_GAIN, SKIP_EVERY, Evidence, row
 from labkit.report.window import windowed
 from labkit.stats import idle
 from labkit.stats import stages as analysis
 
-__all__ = ["advise", "next_lever", "finding_sentence", "AdviseError", "ADVICE_COLUMNS", "LEVERS", "annotated_stages",
-           "MIN_GAIN"]
+__all__ = ["RULES", "advise", "next_lever", "finding_sentence", "AdviseError", "ADVICE_COLUMNS", "LEVERS",
+           "annotated_stages", "MIN_GAIN"]
+
+RULES = (advice_rules.serial, advice_rules.latency, advice_rules.dominant, advice_rules.taking_turns,
+         advice_rules.one_at_a_time, advice_rules.chain, per_call, fitted_batch, underfilled, sync_apis, sync_copies,
+         pageable, starvation, low_utilization, launch_bound, gpu_bound)
+"""Every rule but ``removable`` (which needs the caller's list): a function of the evidence."""
 
 
 class AdviseError(LabkitError):
@@ -123,7 +131,7 @@ def _advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float |
     ev.skip_given, ev.removable = skip_every is not None, tuple(removable)
     ev.call_cost, ev.batch_to = dict(call_cost or {}), (int(batch_to) if batch_to else None)
     ev.acc = account(report, window=ev.window)
-    rows = [r for rule in advice_rules.RULES for r in rule(ev)] + advice_rules.removable(ev, removable)
+    rows = [r for rule in RULES for r in rule(ev)] + advice_rules.removable(ev, removable)
     for r in rows:
         _amdahl(r, ev)
     decode = None

@@ -3,7 +3,7 @@
 activity as ``nsys analyze``'s rules do (synchronizing APIs, synchronous memcpy/memset, async memcpy
 from pageable memory, GPU starvation, GPU low utilization), so they work on reports without
 annotations; launch-bound and GPU-bound runs besides. The host-side rules (stages and threads):
-:mod:`labkit.judge.rules`, which lists them all in ``RULES``."""
+:mod:`labkit.judge.rules`; :data:`labkit.judge.advice.RULES` lists them all."""
 from __future__ import annotations
 
 import math

@@ -1,23 +1,16 @@
 """The rules of :func:`labkit.advise`: each a function of the :class:`~labkit.judge.evidence.Evidence`
 returning finding rows (none when it does not apply, or when its measured cost is zero).
 
-The rules here read the stages and threads (the what-if model); the GPU-side rules, which read
-the CUDA API and GPU activity as ``nsys analyze``'s do, live in :mod:`labkit.judge.gpu_rules`.
-``RULES`` lists them all.
+The rules here read the stages and threads (the what-if model); the batching rules live in
+:mod:`labkit.judge.batch_rules`, and the GPU-side rules, which read the CUDA API and GPU activity as
+``nsys analyze``'s do, in :mod:`labkit.judge.gpu_rules`. :data:`labkit.judge.advice.RULES` lists them
+all.
 """
 from __future__ import annotations
 
-import math
-
-import numpy as np
-import pandas as pd
-
 from labkit.stats import stages
 from labkit.judge.whatif import IN_FLIGHT
-from labkit.judge.evidence import CHAIN_THREADS, DOMINANT_SHARE, MIN_GAIN, ONE_AT_A_TIME, TURNS_SHARE, UNDERFILL, \
-    Evidence, row
-from labkit.judge.gpu_rules import (gpu_bound, launch_bound, low_utilization, pageable, starvation, sync_apis,
-                                    sync_copies)
+from labkit.judge.evidence import CHAIN_THREADS, DOMINANT_SHARE, MIN_GAIN, ONE_AT_A_TIME, TURNS_SHARE, Evidence, row
 
 STAGE_TIMES = ("stage times were measured under the run's own contention for cores and change when the run "
                "changes, so this is an estimate")
@@ -60,10 +53,15 @@ def _limiting(ev: Evidence):
     if m.lifetime_ms(int(lim["tid"])) < 0.5 * span:  # a worker for one item (see chain): it limits nothing
         return None
     own = m.independent_ms()  # a worker pool's time inside stages is theirs, not a rival limit
-    others = own[own.index != lim["tid"]]
+    pool = m.pool_of(int(lim["tid"]))  # a pool's threads share its work: the pool limits, as one
+    others = own[~own.index.isin(pool)]
     second = max(float(others.max()) if len(others) else 0.0, m.floor_ms)
-    if lim["own_ms"] < BALANCED * second:  # balanced: changing one thread cannot pay beyond the noise
+    mine = float(own.reindex(pool).fillna(0.0).mean())
+    if mine < BALANCED * second:  # balanced: changing one thread cannot pay beyond the noise
         return None
+    if len(pool) > 1:
+        lim = lim.copy()
+        lim["thread"] = f"{lim['thread']} (one of a pool of {len(pool)} threads that run the same stages)"
     st = m.stages_of(int(lim["tid"]))
     return m, lim, st[st["own_ms"] > 0]
 
@@ -383,116 +381,3 @@ def removable(ev: Evidence, names) -> list[dict]:
                             f"the other stages keep their times; {MODEL}", stage), touch_ms=ms,
                         helpers_ms=ev.model.helped(gone, [stage])))
     return out
-
-
-def per_call(ev: Evidence) -> list[dict]:
-    """Each call of a stage pays a fixed cost (a nested range named as set-up): batch the calls."""
-    lim = _limiting(ev)
-    nv = ev.rep.nvtx
-    if lim is None or len(nv) == 0:
-        return []
-    m, t, _ = lim
-    tid = int(t["tid"])
-    r, parents = _setup_ranges(ev, tid)
-    if len(r) < 2:
-        return []
-    items = stages._items_per_range(nv)[parents.index.to_numpy()]
-    stage = str(stages.stage_labels(parents).mode().iloc[0])
-    per_call_items = float(np.median(items)) if len(items) else 1.0
-    if per_call_items >= BATCH_TO:
-        return []
-    n_items = float(np.maximum(items, 1).sum())
-    calls = len(r)
-    needed = math.ceil(n_items / BATCH_TO)
-    fixed = float(r["duration_ns"].mean()) / 1e6
-    saved = fixed * max(calls - needed, 0)
-    if saved <= 0:
-        return []
-    text = (f"'{stage}' ran {calls} calls of {per_call_items:g} item(s) each on {t['thread']}; each paid "
-            f"{fixed:.1f} ms of '{r['name'].iloc[0]}' (a fixed cost per call), so {needed} calls of {BATCH_TO} would "
-            f"save {saved:.0f} ms")
-    return [dict(row("per_call_overhead", f"Every call of '{stage}' pays a fixed cost", text, "batch",
-                     m.speedup({tid: saved}), "estimate", f"calls of {BATCH_TO} items pay the fixed cost once and each "
-                     f"item its measured time; {MODEL}", stage), touch_ms=saved)]
-
-
-def fitted_batch(ev: Evidence) -> list[dict]:
-    """Batching with the caller's fitted cost of a call (``advise(call_cost={stage: fixed_ms},
-    batch_to=B)``): each call of the stage pays ``fixed_ms`` whatever it carries (as fitted over runs
-    at two or more batch sizes), so calls of ``B`` items save the fixed part of the calls they make
-    unnecessary, on the stage's thread."""
-    if not ev.call_cost or not ev.batch_to or ev.table.empty:
-        return []
-    out = []
-    st = ev.model.stages
-    for stage, fixed in ev.call_cost.items():
-        t = ev.table[ev.table["stage"] == stage]
-        mine = st[st["stage"] == stage]
-        if t.empty or mine.empty or not fixed > 0:
-            continue
-        calls, n = int(t["instances"].sum()), int(t["items"].sum())
-        needed = math.ceil(n / ev.batch_to)
-        own = mine.groupby("tid")["own_ms"].sum()
-        saved = min(float(fixed) * max(calls - needed, 0), float(own.sum()))
-        if saved <= 0:
-            continue
-        removed = (own / own.sum() * saved).to_dict()
-        text = (f"'{stage}' ran {calls} calls on {n} items; a call costs {fixed:.1f} ms whatever it carries (the "
-                f"caller's fit), so {needed} calls of {ev.batch_to} would save {saved:.0f} ms of its own time")
-        out.append(dict(row("fitted_batch", f"Calls of '{stage}' in batches of {ev.batch_to}", text, "batch",
-                            ev.model.speedup(removed, stages=[stage]), "estimate", f"a call of '{stage}' costs the "
-                            f"fitted fixed part once and each item its measured time; {MODEL}", stage), touch_ms=saved,
-                        helpers_ms=ev.model.helped(removed, [stage])))
-    return out
-
-
-def underfilled(ev: Evidence) -> list[dict]:
-    """A stage's calls carry fewer items than its largest call: fill them (no padding assumed).
-
-    Calls are not padded, so a call's cost is fitted as a fixed part plus a part per item
-    (least squares over the calls); filling the batches saves the fixed part of the calls that
-    full batches make unnecessary. Without two different call sizes the fixed part cannot be
-    measured and no prediction is made."""
-    if not ev.batch_size or ev.table.empty:
-        return []
-    nv = ev.rep.nvtx
-    items = stages._items_per_range(nv)
-    lab = stages.stage_labels(nv)
-    out = []
-    for t in ev.table.itertuples():
-        label = lab[(nv["name"] == t.stage) & (stages.domains(nv) == t.domain)]
-        if t.instances == 0 or t.items <= 0 or len(label) == 0:
-            continue
-        stage = label.iloc[0]
-        calls, n = int(t.instances), int(t.items)
-        fill = n / (calls * ev.batch_size)
-        if fill >= UNDERFILL:
-            continue
-        r = nv[(lab == stage) & (nv["kind"] != "mark")]
-        r = r.assign(items=items[r.index.to_numpy()])
-        if ev.batches:
-            r = r[r["payload"].astype("float64") >= ev.warmup]
-        r = r[r["items"] > 0]  # a call on no items (an end-of-stream marker) is no batch
-        if r["items"].nunique() < 2 or r["items"].max() <= 1:
-            continue  # one call size, or a stage that never took more than one item a call: no fit
-        slope, fixed = np.polyfit(r["items"].to_numpy(float), r["duration_ns"].to_numpy(float) / 1e6, 1)
-        needed = math.ceil(n / ev.batch_size)
-        saved = fixed * (calls - needed)
-        if fixed <= 0 or slope < 0 or saved <= 0:
-            continue  # an item cannot cost less than nothing: the calls do not follow the model
-        mine = ev.load[ev.load["stage"] == stage]
-        if mine.empty:
-            continue
-        change = pd.DataFrame({"tid": [mine.groupby("tid")["ms"].sum().idxmax()], "ms": [-saved]})
-        text = (f"'{stage}' ran {calls} calls on {n} items at batch size {ev.batch_size}: {fill:.0%} full "
-                f"({n / calls:.1f} items a call); a call costs {fixed:.1f} ms plus {slope:.1f} ms an item (fit over "
-                f"{len(r)} calls, no padding), so {needed} full calls would save {saved:.0f} ms")
-        out.append(row("underfilled_batches", f"The batches of '{stage}' are mostly empty", text, "batch",
-                       ev.bound(change), "estimate", "a call costs a fixed part plus a part per item, as fitted; "
-                       f"items can wait to fill a batch; {STAGE_TIMES}", stage))
-    return out
-
-
-RULES = (serial, latency, dominant, taking_turns, one_at_a_time, chain, per_call, fitted_batch, underfilled, sync_apis,
-         sync_copies, pageable, starvation, low_utilization, launch_bound, gpu_bound)
-"""Every rule but ``removable`` (which needs the caller's list): a function of the evidence."""

@@ -38,6 +38,11 @@ from labkit.stats.stages import stage_labels
 
 __all__ = ["WhatIf", "IN_FLIGHT"]
 
+POOL_AT_ONCE = 1.1
+"""Threads that run the same stages share their work as a pool only where they run their main stage
+(the one with the most own time) at once: its ranges, summed over the threads, are at least this many
+times as long as their union. Threads that take a lock in turn for it
+(tests/programs/known/taking_turns.py) run it one at a time (1.0): no pool, their turns are the run."""
 IN_FLIGHT = 8
 """Requests a thread can keep in flight once its latency is overlapped (parallel reads, prefetch
 threads): the parallel-input lever's assumption."""
@@ -201,17 +206,40 @@ class WhatIf(CriticalPath):
 
     @property
     def pools(self) -> list[list[int]]:
-        """Groups of two or more threads that run the same stages (a pool's workers taking items from
-        one queue): the model lets them share their work evenly after a change, as they take the next
-        item when free (for a pool that splits its items in fixed shares this under-states its length)."""
+        """Groups of two or more threads of one process that run the same stages, their main one at
+        once (:data:`POOL_AT_ONCE`; a pool's workers taking items from one queue): the model lets
+        them share their work evenly after a change, as
+        they take the next item when free (for threads that split the items in fixed shares this
+        under-states the length). Processes that run the same stages (ranks, each with its own share
+        of the data) are no pool: the slowest one keeps its time."""
         if self._pools is None:
             st = self.stages
             if len(st) == 0:
                 self._pools = []
             else:
                 kind = st.groupby("tid")["stage"].agg(lambda x: tuple(sorted(set(map(str, x)))))
-                self._pools = [sorted(int(t) for t in g.index) for _, g in kind.groupby(kind, sort=False) if len(g) > 1]
+                process = pd.Series((kind.index.to_numpy(np.int64) >> 24) & 0xFFFFFF, index=kind.index)
+                self._pools = [sorted(int(t) for t in g.index) for _, g in kind.groupby([process, kind], sort=False)
+                               if len(g) > 1 and self._at_once([int(t) for t in g.index])]
         return self._pools
+
+    def _at_once(self, tids: list[int]) -> bool:
+        """Whether threads ``tids`` run their main stage at once (:data:`POOL_AT_ONCE`)."""
+        st, r = self.stages[self.stages["tid"].isin(tids)], self._ranges
+        if not len(r):
+            return False
+        main = str(st.groupby("stage")["own_ms"].sum().idxmax())
+        mine = r[r["global_tid"].isin(tids) & ((r["label"] == main) | (r["name"] == main))]
+        if not len(mine):
+            return False
+        s, e = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
+        us, ue = busy_intervals(s, e)
+        union = int(np.sum(ue - us))
+        return union > 0 and int(np.sum(e - s)) >= POOL_AT_ONCE * union
+
+    def pool_of(self, tid: int) -> list[int]:
+        """The threads of the pool (:attr:`pools`) that ``tid`` belongs to, or ``[tid]``."""
+        return next((p for p in self.pools if tid in p), [tid])
 
     def pooled(self, removed: dict[int, float], stages) -> dict[int, float]:
         """The time (tid -> ms) the other threads of a pool (:attr:`pools`) lose with ``removed`` (tid ->
@@ -221,8 +249,8 @@ class WhatIf(CriticalPath):
             return out
         st = self.stages
         for tid, ms in removed.items():
-            pool = next((p for p in self.pools if tid in p), None)
-            if pool is None:
+            pool = self.pool_of(tid)
+            if len(pool) < 2:
                 continue
             mine = float(st.loc[(st["tid"] == tid) & st["stage"].isin(list(stages)), "own_ms"].sum())
             frac = min(ms / mine, 1.0) if mine > 0 else 0.0

@@ -233,16 +233,17 @@ def peer_gaps(rep) -> dict[int, Intervals]:
     trace, for a report without context switches.
 
     A *gap* is time up to a thread's first work range (from its first event, or its last traced one
-    before that range: not its start-up) or between its work ranges in which it is in none of its NVTX ranges, CUDA calls or blocking OS runtime calls (a lock wait,
-    :data:`LOCK_OSRT`, and calls that do not block lie inside it: a wait loop takes the GIL and
-    signals), at least :data:`READ_BLOCKED_NS` long. A gap that ends within :data:`READ_SLACK_NS`
+    before that range: not its start-up) or between its work ranges in which it is in none of its
+    NVTX ranges, CUDA calls or blocking OS runtime calls (a lock wait, :data:`LOCK_OSRT`, and calls
+    that do not block lie inside it: a wait loop takes the GIL and signals), at least
+    :data:`READ_BLOCKED_NS` long. A gap that ends within :data:`READ_SLACK_NS`
     after a peer's act (:func:`_peer_events`: the end of a work range, a hand-over call) waited for
     that act, as ``queue.get(timeout=...)`` in a loop does for the producer's put; a woken thread
     that then waits for a lock (the GIL) woke where that wait began.
 
     Gaps count so only where most end that way, far more often than chance (:func:`_waited_on`: by
-    all the peers or by one); the threads that run the same stages (a pool's workers) are tested
-    together, as they wait alike. The gaps of a thread that computes between its ranges end on its
+    all the peers or by one); the threads of one process that run the same stages (a pool's
+    workers) are tested together, as they wait alike. The gaps of a thread that computes between its ranges end on its
     own clock and stay its own time. The whole gap counts as waiting: untraced work just before such
     a wait reads as waiting too (context switches tell them apart). Threads that wait so also waited
     in their gaps that ended later than :data:`READ_SLACK_NS` after an act of a peer they wait on (no
@@ -271,8 +272,9 @@ def peer_gaps(rep) -> dict[int, Intervals]:
         gaps[int(g)] = _gaps(d, locks[locks["global_tid"] == g] if len(locks) else locks,
                              int(mine["start_ns"].min()), int(mine["end_ns"].max()))
     stages = r.groupby("global_tid")["name"].agg(lambda n: tuple(sorted(set(map(str, n)))))
+    process = pd.Series((stages.index.to_numpy(np.int64) >> 24) & 0xFFFFFF, index=stages.index)
     out = {}
-    for _, pool in stages.groupby(stages, sort=False):
+    for _, pool in stages.groupby([process, stages], sort=False):
         tids = [int(g) for g in pool.index if int(g) in gaps and len(gaps[int(g)][0])]
         if not tids:
             continue
