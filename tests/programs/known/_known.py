@@ -15,6 +15,7 @@ import argparse
 import hashlib
 import json
 import os
+import queue
 import threading
 import time
 
@@ -99,6 +100,38 @@ def workers(target, n: int = 2, name: str = "worker") -> None:
     threads = [threading.Thread(target=target, args=(k,), name=f"{name}{k}") for k in range(n)]
     for t in threads:
         t.start()
+    for t in threads:
+        t.join()
+
+
+def remote_pool(q, n: int, ms: float) -> list[threading.Thread]:
+    """Start ``n`` worker threads (``worker0``...) that take items from ``q`` with
+    ``q.get(timeout=0.05)`` (a loop that would check a stop flag; the wait is ``sem_clockwait``,
+    which nsys 2022.4 does not trace) and ``work`` on each for ``ms`` milliseconds (a remote call: a
+    sleep), until they take a None. :func:`join_pool` ends them."""
+    from labkit import annotate
+
+    def worker() -> None:
+        while True:
+            try:
+                i = q.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if i is None:
+                return
+            with annotate.range("work", batch=i, items=1):
+                wait(ms)
+
+    threads = [threading.Thread(target=worker, name=f"worker{k}") for k in range(n)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def join_pool(q, threads: list[threading.Thread]) -> None:
+    """Put one None per thread of a :func:`remote_pool` in ``q`` and wait for them."""
+    for _ in threads:
+        q.put(None)
     for t in threads:
         t.join()
 

@@ -10,37 +10,18 @@ end them, though busy bystanders act too and a woken worker waits for a core), a
 share its items after the change (each took 9 to 12 of them in the slow run).
 """
 import queue
-import threading
 
-from _known import Steady, args, cpu, wait
+from _known import Steady, args, cpu, join_pool, remote_pool
 
 from labkit import annotate
 
 a = args(__doc__, items=48)
 q: queue.Queue = queue.Queue()
 
-
-def worker() -> None:
-    while True:
-        try:
-            i = q.get(timeout=0.05)
-        except queue.Empty:
-            continue
-        if i is None:
-            return
-        with annotate.range("work", batch=i, items=1):
-            wait(20)
-
-
 with Steady(a.items):
-    pool = [threading.Thread(target=worker, name=f"worker{k}") for k in range(4)]
-    for w in pool:
-        w.start()
+    pool = remote_pool(q, 4, 20)
     for i in range(a.items):
         with annotate.range("produce", batch=i, items=1):
             cpu(4 if a.fix else 10)
         q.put(i)
-    for _ in pool:
-        q.put(None)
-    for w in pool:
-        w.join()
+    join_pool(q, pool)

@@ -9,37 +9,18 @@ or reads the workers' turns on the critical path as a lock they take in turn. Th
 one.
 """
 import queue
-import threading
 
-from _known import Steady, args, cpu, wait
+from _known import Steady, args, cpu, join_pool, remote_pool
 
 from labkit import annotate
 
 a = args(__doc__, items=48)
 q: queue.Queue = queue.Queue(4)
 
-
-def worker() -> None:
-    while True:
-        try:
-            i = q.get(timeout=0.05)
-        except queue.Empty:
-            continue
-        if i is None:
-            return
-        with annotate.range("work", batch=i, items=1):
-            wait(8 if a.fix else 40)
-
-
 with Steady(a.items):
-    pool = [threading.Thread(target=worker, name=f"worker{k}") for k in range(4)]
-    for w in pool:
-        w.start()
+    pool = remote_pool(q, 4, 8 if a.fix else 40)
     for i in range(a.items):
         with annotate.range("produce", batch=i, items=1):
             cpu(3)
         q.put(i)
-    for _ in pool:
-        q.put(None)
-    for w in pool:
-        w.join()
+    join_pool(q, pool)
