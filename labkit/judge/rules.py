@@ -22,10 +22,13 @@ STAGE_TIMES = ("stage times were measured under the run's own contention for cor
 HELPERS = ("a thread without ranges of its own (a library's worker pool) works for the stage whose ranges it "
            "overlaps, and its time there changes with that stage's (its reads, polls and sleeps are waits for work)")
 """The what-if model's assumption about unannotated threads (labkit.judge.whatif.WhatIf.helpers)."""
+POOLS = ("threads of one process that run the same stages at once (a pool taking items from one queue) share "
+         "their work evenly")
+"""The what-if model's assumption about pools (labkit.judge.whatif.WhatIf.pools)."""
 MODEL = ("every other thread and engine keeps its measured time, and the threads' CPU time shares the profiled "
-         "machine's cores; " + HELPERS + "; " + STAGE_TIMES)
+         "machine's cores; " + HELPERS + "; " + POOLS + "; " + STAGE_TIMES)
 BOUND_MODEL = ("every other thread and engine keeps its measured time (measured under the run's own contention for "
-               "cores), and the threads' CPU time shares the profiled machine's cores; " + HELPERS)
+               "cores), and the threads' CPU time shares the profiled machine's cores; " + HELPERS + "; " + POOLS)
 """The model's assumptions said with a bound: the same as :data:`MODEL`'s, without calling it an estimate."""
 SETUP_WORDS = ("setup", "launch", "overhead", "prepare", "init", "alloc")
 """A range nested in each call of a stage whose name holds one of these is that call's fixed cost:
