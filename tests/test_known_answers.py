@@ -160,13 +160,11 @@ def test_a_polling_loop_a_peer_ends_waits_on_that_peer_and_one_on_a_timer_stays_
 
     prog = tmp_path / "two_polls.py"
     prog.write_text(
-        "import queue, threading, time\nfrom labkit import annotate\nfrom _known import cpu\n"
+        "import queue, threading, time\nfrom labkit import annotate\nfrom _known import cpu, produce\n"
         "q = queue.Queue()\n"
-        "def produce():\n    for i in range(25):\n"
-        "        with annotate.range('produce', batch=i, items=1):\n            cpu(20)\n        q.put(i)\n"
         "def watch():\n    t = time.perf_counter()\n    for k in range(1, 39):\n"
         "        while time.perf_counter() < t + 0.013 * k:\n            time.sleep(0.002)\n"
-        "threading.Thread(target=produce, name='producer').start()\n"
+        "threading.Thread(target=produce, args=(q, 25, 20), name='producer').start()\n"
         "threading.Thread(target=watch, name='watcher').start()\n"
         "for _ in range(25):\n    while True:\n        try:\n            i = q.get_nowait()\n            break\n"
         "        except queue.Empty:\n            time.sleep(0.001)\n"
@@ -263,11 +261,9 @@ def test_untraced_work_between_ranges_stays_a_threads_own_time(tmp_path):
 
     prog = tmp_path / "own_clock.py"
     prog.write_text(
-        "import queue, threading\nfrom labkit import annotate\nfrom _known import cpu\n"
+        "import queue, threading\nfrom labkit import annotate\nfrom _known import cpu, produce\n"
         "q = queue.Queue()\n"
-        "def produce():\n    for i in range(36):\n"
-        "        with annotate.range('produce', batch=i, items=1):\n            cpu(12)\n        q.put(i)\n"
-        "threading.Thread(target=produce, name='producer').start()\n"
+        "threading.Thread(target=produce, args=(q, 36, 12), name='producer').start()\n"
         "for i in range(40):\n    cpu(7)\n"
         "    with annotate.range('consume', batch=i, items=1):\n        cpu(4)\n")
     rep = _profile_inline(prog, tmp_path, ("cuda", "nvtx", "osrt"))

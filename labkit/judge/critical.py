@@ -196,8 +196,7 @@ class CriticalPath:
                     own = float(self._inside_ms(r).get(key[0], 0.0))
                 else:
                     r = r[r["global_tid"] == key[0]] if len(r) else r
-                    st = self.stages
-                    own = float(st.loc[(st["tid"] == key[0]) & st["stage"].isin(list(key[1])), "own_ms"].sum())
+                    own = self.stage_own_ms(key[0], key[1])
                 if len(r) and len(s):
                     rs, re_ = busy_intervals(r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64))
                     on = overlap_ns((s, e), (rs, re_)) / 1e6

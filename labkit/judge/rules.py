@@ -59,7 +59,7 @@ def _limiting(ev: Evidence):
     pool = m.pool_of(int(lim["tid"]))  # a pool's threads share its work: the pool limits, as one
     others = own[~own.index.isin(pool)]
     second = max(float(others.max()) if len(others) else 0.0, m.floor_ms)
-    mine = float(own.reindex(pool).fillna(0.0).mean())
+    mine = float(own.reindex(pool).fillna(0.0).mean()) if len(pool) > 1 else float(lim["own_ms"])
     if mine < BALANCED * second:  # balanced: changing one thread cannot pay beyond the noise
         return None
     if len(pool) > 1:

@@ -237,6 +237,11 @@ class WhatIf(CriticalPath):
         union = int(np.sum(ue - us))
         return union > 0 and int(np.sum(e - s)) >= POOL_AT_ONCE * union
 
+    def stage_own_ms(self, tid: int, stages) -> float:
+        """Thread ``tid``'s own time (ms) in ``stages`` (labels)."""
+        st = self.stages
+        return float(st.loc[(st["tid"] == tid) & st["stage"].isin(list(stages)), "own_ms"].sum())
+
     def pool_of(self, tid: int) -> list[int]:
         """The threads of the pool (:attr:`pools`) that ``tid`` belongs to, or ``[tid]``."""
         return next((p for p in self.pools if tid in p), [tid])
@@ -247,17 +252,15 @@ class WhatIf(CriticalPath):
         out: dict[int, float] = {}
         if not stages or not self.pools:
             return out
-        st = self.stages
         for tid, ms in removed.items():
             pool = self.pool_of(tid)
             if len(pool) < 2:
                 continue
-            mine = float(st.loc[(st["tid"] == tid) & st["stage"].isin(list(stages)), "own_ms"].sum())
+            mine = self.stage_own_ms(tid, stages)
             frac = min(ms / mine, 1.0) if mine > 0 else 0.0
             for other in pool:
                 if other != tid and other not in removed:
-                    theirs = float(st.loc[(st["tid"] == other) & st["stage"].isin(list(stages)), "own_ms"].sum())
-                    out[other] = out.get(other, 0.0) + frac * theirs
+                    out[other] = out.get(other, 0.0) + frac * self.stage_own_ms(other, stages)
         return out
 
     def _inside_ms(self, ranges: pd.DataFrame) -> dict[int, float]:
@@ -291,9 +294,8 @@ class WhatIf(CriticalPath):
         out: dict[int, float] = {}
         if not stages or not self.helpers:
             return out
-        st = self.stages
         for tid, ms in removed.items():
-            own = float(st.loc[(st["tid"] == tid) & st["stage"].isin(list(stages)), "own_ms"].sum())
+            own = self.stage_own_ms(tid, stages)
             frac = min(ms / own, 1.0) if own > 0 else 0.0
             for h, t in self.helper_ms(tid, stages).items():
                 out[h] = out.get(h, 0.0) + frac * t

@@ -25,12 +25,10 @@ import numpy as np
 import pandas as pd
 
 from labkit.stats.calls import LATENCY_OSRT, _memo, _wait_ranges, blocking_osrt
-from labkit.stats.idle import busy_intervals, copy_calls, covered_before, sync_calls, union_of
+from labkit.stats.idle import Intervals, busy_intervals, copy_calls, covered_before, sync_calls, union_of
 from labkit.stats.peers import peer_gaps, peer_polls, peer_reads
 
-__all__ = ["blocked_intervals", "blocked_in", "overlap_ns", "untraced_waits", "Intervals"]
-
-Intervals = tuple[np.ndarray, np.ndarray]
+__all__ = ["blocked_intervals", "blocked_in", "overlap_ns", "untraced_waits"]
 
 
 def blocked_intervals(rep, *, waits: bool = True, kind: str = "all") -> dict[int, Intervals]:

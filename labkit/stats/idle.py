@@ -16,7 +16,7 @@ import pandas as pd
 
 from labkit.report.window import restrict, windowed
 
-__all__ = ["busy_intervals", "covered_before", "union_of", "gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown", "SYNC_CALLS", "SM_KINDS",
+__all__ = ["Intervals", "busy_intervals", "covered_before", "union_of", "gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown", "SYNC_CALLS", "SM_KINDS",
            "COPY_KINDS", "sync_calls", "copy_calls", "launch_calls"]
 
 SM_KINDS = ("kernel", "graph")
@@ -65,6 +65,10 @@ def copy_calls(rep) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- intervals
+Intervals = tuple[np.ndarray, np.ndarray]
+"""Sorted disjoint intervals as (starts, ends) arrays of ns, as :func:`busy_intervals` returns them."""
+
+
 def busy_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals as sorted, disjoint (start, end) arrays (vectorized merge)."""
     starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
@@ -88,7 +92,7 @@ def union_of(a, b):
     return busy_intervals(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
 
 
-def covered_before(iv: tuple[np.ndarray, np.ndarray], t: np.ndarray) -> np.ndarray:
+def covered_before(iv: Intervals, t: np.ndarray) -> np.ndarray:
     """Time covered by the sorted disjoint intervals ``iv`` before each instant of ``t``."""
     s, e = iv
     if len(s) == 0:

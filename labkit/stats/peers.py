@@ -9,11 +9,9 @@ import pandas as pd
 
 from labkit.stats.calls import (LATENCY_OSRT, LOCK_OSRT, RELEASING_OSRT, SLEEP_OSRT, blocking_osrt,
                                 runtime_threads, work_ranges)
-from labkit.stats.idle import busy_intervals, covered_before
+from labkit.stats.idle import Intervals, busy_intervals, covered_before
 
 __all__ = ["POLL_P", "READ_SLACK_NS", "peer_gaps", "peer_polls", "peer_reads"]
-
-Intervals = tuple[np.ndarray, np.ndarray]
 
 POLL_GAP = 0.25
 """Two sleeps of one thread belong to one polling loop when the gap between them, less its waits for
