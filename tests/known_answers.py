@@ -54,7 +54,9 @@ class Program:
     mostly blocked (sleeps, reads), and the bottleneck sentence must say so. ``expected_x``: the
     speed-up of the fix by construction, on two free cores (for the reader; the test uses the
     measured one). ``not_rules``: rules whose explanation is false of the program by construction
-    (workers that run at once do not take turns): the top finding must not be one of them.
+    (workers that run at once do not take turns): the top finding must not be one of them. ``rule``:
+    where no stage can name the limit (work outside every range), the rule the top finding and the
+    fix's finding must both come from.
     """
 
     name: str
@@ -68,6 +70,7 @@ class Program:
     limiter: tuple[str, ...] = ()
     switches: bool = False
     not_rules: tuple[str, ...] = ()
+    rule: str | None = None
 
     @property
     def argv(self) -> list[str]:
@@ -110,7 +113,10 @@ _ALL = [
     Program("timed_wait", "timed_wait.py", ("cheaper_stage",), "produce", 3.0, switches=True),
     Program("timed_wait_untraced", "timed_wait.py", ("cheaper_stage",), "produce", 3.0),
     Program("fed_pool", "fed_pool.py", ("cheaper_stage",), "produce", 2.0),
-    Program("pool_limits", "pool_limits.py", ("cheaper_stage",), "work", 3.3, not_rules=("taking_turns",)),
+    Program("pool_limits", "pool_limits.py", ("cheaper_stage",), "work", 2.5, not_rules=("taking_turns",)),
+    Program("unannotated_feeder", "unannotated_feeder.py", ("cheaper_stage",), None, 3.6, rule="outside_ranges"),
+    Program("unannotated_process", "unannotated_process.py", ("cheaper_stage",), None, 3.6, rule="outside_ranges"),
+    Program("unannotated_work", "unannotated_work.py", ("cheaper_stage",), None, 4.5, rule="outside_ranges"),
     Program("balanced", "balanced.py", (), None, 1.0),
     Program("startup_heavy", "startup_heavy.py", ("overlap_stages",), "load", 1.7, limiter=("load", "step")),
     Program("gpu_pageable", "gpu_pageable.py", ("pin_memory",), None, 2.0, gpu=True),
@@ -222,7 +228,8 @@ def fix_finding(prog: Program, adv) -> dict | None:
         return None
     for _, r in adv.iterrows():
         r = r.to_dict()
-        if r["lever"] in prog.levers and (prog.stage is None or _names((prog.stage,), r)):
+        if r["lever"] in prog.levers and (prog.stage is None or _names((prog.stage,), r)) and \
+                (prog.rule is None or r["rule"] == prog.rule):
             return r
     return None
 
@@ -264,6 +271,8 @@ def verdict(prog: Program | str, judged: dict, measured: dict) -> dict:
         limiter = prog.limiter or ((prog.stage,) if prog.stage else ())
         if limiter and not _names(limiter, top):
             why.append(f"top finding is about {top.get('stage')!r}, not the limiting thread's {'/'.join(limiter)}")
+        if prog.rule and top.get("rule") != prog.rule:
+            why.append(f"top finding's rule is {top.get('rule')}, not {prog.rule}")
         if top.get("rule") in prog.not_rules:
             why.append(f"top finding's rule {top['rule']} does not explain this program")
         if fix is None:

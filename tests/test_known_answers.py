@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import known_answers as ka
+import numpy as np
 import labkit
 from labkit.judge.accounting import account
 import pytest
@@ -273,6 +274,56 @@ def test_untraced_work_between_ranges_stays_a_threads_own_time(tmp_path):
     model = WhatIf(rep, (int(nv["start_ns"].min()), int(nv["end_ns"].max())), None)
     own = model.threads.set_index("tid")["own_ms"]
     assert own[main] > 1.5 * nv.loc[nv["name"] == "consume", "duration_ns"].sum() / 1e6, own  # 11 ms a step, not 4
+
+
+@pytest.mark.nsys
+def test_time_outside_the_ranges_is_named_though_the_window_holds_no_os_call(tmp_path):
+    """unannotated_work computes 20 ms outside any range per item, making no OS runtime call there: a
+    window between two 'consume' ranges holds no OS runtime row, yet the run was traced with osrt, so
+    that time is the thread's own (the window's rows decided it, and the steady window of a run whose
+    loop makes no call read 'balanced, nothing to find'); advise names it and so does the bottleneck
+    sentence. A report traced without osrt gets no such finding: its untraced time may be any wait."""
+    from labkit.judge.whatif import WhatIf
+    from labkit.report.window import restrict
+    from labkit.stats.calls import osrt_traced
+
+    rep = ka.profile("unannotated_work", tmp_path)
+    c = rep.nvtx[rep.nvtx["name"] == "consume"].sort_values("start_ns")
+    calls = np.sort(rep.osrt["start_ns"].to_numpy())
+    # two consecutive items, from one 'consume' range's start to the next one's end, with no call in them
+    pairs = [(int(s), int(e)) for s, e in zip(c["start_ns"].iloc[:-1], c["end_ns"].iloc[1:])
+             if np.searchsorted(calls, e) == np.searchsorted(calls, s)]
+    assert len(pairs) > len(c) // 2  # most make no call
+    w = pairs[len(pairs) // 2]
+    two = restrict(rep, window=w)
+    assert len(two.osrt) == 0 and osrt_traced(two)
+    main = int(c["global_tid"].iloc[0])
+    own = WhatIf(two, w, ("consume",)).threads.set_index("tid")["own_ms"]
+    assert own[main] > 0.9 * (w[1] - w[0]) / 1e6, own  # 30 ms: the 20 ms between the ranges too, not 10
+    top = labkit.advise(rep).iloc[0]
+    assert top["rule"] == "outside_ranges" and top["stage"] is None and top["basis"] == "bound", top
+    b = str(labkit.bottleneck(rep))
+    assert "between its ranges" in b and "traced no range" in b, b
+    bare = labkit.load_report(Path(__file__).resolve().parent / "fixtures" / "cpu_threads.nsys2022.4.sqlite")
+    assert not osrt_traced(bare) and "outside_ranges" not in set(labkit.advise(bare)["rule"])
+
+
+def test_a_pools_workers_asleep_in_their_work_release_no_one():
+    """fed_pool as profiled in a CI run (tests/fixtures/README.md, known_paths/): the critical path,
+    walked back, went from each worker's wait for an item to another worker asleep in its 'work', and
+    held the workers for most of the window, so a cheaper 'produce' read as a 1.22x bound that the fix
+    exceeded (1.954x measured there). A thread in the middle of a sleep released no one: the path runs
+    through the feeder's 'produce', and the bound holds."""
+    from labkit.judge.whatif import WhatIf
+
+    rep = labkit.load_report(Path(__file__).resolve().parent / "fixtures" / "known_paths" / "fed_pool.ci.nsys2022.4.sqlite")
+    a = labkit.advise(rep)
+    on = WhatIf(rep, a.attrs["window"], a.attrs["stages"]).path_stages().set_index("stage")["path_ms"]
+    produce = rep.nvtx[rep.nvtx["name"] == "produce"]
+    inside = produce[(produce["start_ns"] >= a.attrs["window"][0]) & (produce["end_ns"] <= a.attrs["window"][1])]
+    assert on["produce"] > 0.8 * inside["duration_ns"].sum() / 1e6, on  # 383 of 402 ms (79 before)
+    top = a.iloc[0]
+    assert top["stage"] == "produce" and top["basis"] == "bound" and top["predicted_speedup"] * ka.BOUND_SLACK >= 1.954
 
 
 @pytest.mark.nsys

@@ -8,7 +8,7 @@ import pandas as pd
 
 from labkit.judge.accounting import account, chosen_window, thread_label
 from labkit.stats.blocked import blocked_in, blocked_intervals
-from labkit.stats.calls import is_wait
+from labkit.stats.calls import is_wait, osrt_traced, runtime_threads, work_ranges
 from labkit.stats.idle import busy_in, busy_intervals, engine_busy
 from labkit.report.window import windowed
 from labkit.stats.stages import _warmup_mask, domains, stage_labels
@@ -54,6 +54,26 @@ def _busy_ns(ranges: pd.DataFrame, blocked) -> int:
     if blocked is None or total == 0:
         return total
     return total - int(blocked_in(pd.DataFrame({"global_tid": 0, "start_ns": s, "end_ns": e}), {0: blocked}).sum())
+
+
+def _untraced_most(rep, w0: int, w1: int) -> str:
+    """Where the time the ranges do not show went: the thread with the most time in no range, CUDA call
+    or traced wait (the accounting's ``untraced_ms``), where that holds most of the window and the OS
+    runtime was traced (else it may be a wait nsys did not record); otherwise the places it can be."""
+    unknown = "another process, a thread without ranges, or time between ranges"
+    if not osrt_traced(rep) or w1 <= w0:
+        return unknown
+    t = account(rep, window=(w0, w1)).threads
+    t = t[~t["global_tid"].isin(runtime_threads(rep))]
+    if t.empty or float(t["untraced_ms"].max()) < IDLE_MOST * (w1 - w0) / 1e6:
+        return unknown
+    top = t.loc[t["untraced_ms"].idxmax()]
+    ms = float(top["untraced_ms"])
+    ranged = set(work_ranges(rep)["global_tid"].astype("int64"))
+    who = f"{top['thread']}, between its ranges," if int(top["global_tid"]) in ranged else \
+        f"{top['thread']}, a thread without ranges,"
+    return (f"{who} spent {ms:.0f} ms ({ms / ((w1 - w0) / 1e6):.0%}) where nsys traced no range, CUDA call or wait: "
+            "work nobody annotated, or waits nsys does not trace")
 
 
 def bottleneck(rep, *, warmup: int = 0, window=None, within=None, steady: bool = True) -> Bottleneck:
@@ -190,8 +210,7 @@ def _bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
     elif occ < IDLE_MOST:
         sentence = (f"No thread or engine was busy most of the {wall_ms:.1f} ms: the busiest, {row['thread']}, was busy "
                     f"{frac:.0%} (mostly '{row['stage']}', {row['self_ns'] / 1e6:.1f} ms), so the run waits on work its "
-                    f"ranges do not show: another process, a thread without ranges, or time between ranges; {sm}"
-                    f"{copies}.")
+                    f"ranges do not show: {_untraced_most(rep, w0, w1)}; {sm}{copies}.")
     else:
         lat = float(waited.get(top_tid, 0)) / max(float(busy[top_tid]), 1.0)
         out = float(between[top_tid]) / wall_ns

@@ -14,7 +14,7 @@ from labkit.stats.idle import busy_intervals
 
 class CriticalPath:
     """The critical path of a :class:`~labkit.judge.whatif.WhatIf` (a mixin: it reads the model's
-    ``window``, ``threads``, ``_extent``, ``_idle``, ``_ends``, ``_ranges``, ``_peer`` and ``_osrt``,
+    ``window``, ``threads``, ``_extent``, ``_idle``, ``_ends``, ``_ranges``, ``_peer``, ``_latency`` and ``_osrt``,
     and keeps ``_critical``, ``_crit_in``, ``_off_path``)."""
 
     HOP_NS = 1_000_000
@@ -47,11 +47,24 @@ class CriticalPath:
             t = iv[0]
         return -1
 
+    def _last_act(self, g: int, t: int) -> int:
+        """The last instant at or before ``t`` that thread ``g`` could act on a peer: its last working
+        instant (:meth:`_last_work`), or where it was then blocked on the outside world (a sleep, a read:
+        latency, which the path counts as its own time) the start of that wait."""
+        lw = self._last_work(g, t)
+        iv = self._latency.get(g)
+        if lw <= 0 or iv is None or len(iv[0]) == 0:
+            return lw
+        i = int(np.searchsorted(iv[0], lw - 1, side="right")) - 1
+        return int(iv[0][i]) if i >= 0 and iv[1][i] > lw - 1 else lw
+
     def _releaser(self, g: int, t: int, since: int):
         """(thread, its last working instant) that let ``g`` go on at ``t`` after waiting from ``since``:
-        of the others that worked in that wait, the one that worked last before ``t`` (still working,
-        or finished just before), ties going to the one whose last traced event (range, CUDA or OS
-        call) ended nearest before ``t``; None when no traced thread worked meanwhile."""
+        of the others that could act in that wait, the one that acted last before ``t`` (still working,
+        or finished just before: :meth:`_last_act`; a thread in the middle of a sleep or a read then
+        released no one, as a pool's workers in their remote calls do not release their feeder's next
+        wait), ties going to the one whose last traced event (range, CUDA or OS call) ended nearest
+        before ``t``; None when no traced thread could act meanwhile."""
         best, key = None, None
         ids, x0, x1 = self._spans
         self._checks += len(ids)
@@ -59,7 +72,7 @@ class CriticalPath:
             u = int(u)
             if u == g:
                 continue
-            lw = self._last_work(u, t)
+            lw = self._last_act(u, t)
             if lw <= since:
                 continue
             ends = self._ends.get(u)

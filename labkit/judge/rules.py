@@ -9,6 +9,7 @@ all.
 from __future__ import annotations
 
 from labkit.stats import stages
+from labkit.stats.calls import osrt_traced
 from labkit.judge.whatif import IN_FLIGHT
 from labkit.judge.evidence import CHAIN_THREADS, DOMINANT_SHARE, MIN_GAIN, ONE_AT_A_TIME, TURNS_SHARE, Evidence, row
 
@@ -298,6 +299,35 @@ def dominant(ev: Evidence) -> list[dict]:
                         f"the stages {', '.join(group)} run on 1 item in {k} (K={k}); {how}; {MODEL}", stage),
                     touch_ms=float(sum(removed.values())), helpers_ms=m.helped(removed, group)))
     return out
+
+
+def outside_ranges(ev: Evidence) -> list[dict]:
+    """The limiting thread's own time lies mostly outside its ranges, CUDA calls and waits, where nsys
+    traced nothing (the accounting's ``untraced_ms``): work nobody annotated (a thread without ranges,
+    preprocessing between the ranges). No stage names it, so this finding does; its bound is that time
+    costing nothing. Only where the OS runtime was traced (:func:`labkit.stats.calls.osrt_traced`):
+    without, that time may be any wait."""
+    lim = _limiting(ev)
+    if lim is None or not osrt_traced(ev.rep):
+        return []
+    m, t, _ = lim
+    tid = int(t["tid"])
+    acc = ev.acc.threads
+    mine = acc[acc["global_tid"] == tid]
+    own = float(t["own_ms"])
+    ms = min(float(mine["untraced_ms"].iloc[0]), own) if len(mine) else 0.0
+    if own <= 0 or ms < DOMINANT_SHARE * own:
+        return []
+    st = m.stages_of(tid)
+    where = ("it has no ranges" if st.empty else
+             f"its ranges ({', '.join(st['stage'].astype(str))}) hold {float(st['own_ms'].sum()):.0f} ms of it")
+    text = (f"{ms:.0f} ms of the {own:.0f} ms of own time of {t['thread']}, the thread with the most, in "
+            f"{ev.wall_ms:.0f} ms, lies outside its ranges, CUDA calls and waits, where nsys traced nothing "
+            f"({where}): work nobody annotated, or waits nsys does not trace; annotate it (labkit.annotate.range) "
+            "to see which work it is, or profile with context switches to tell its work from its waits")
+    return [dict(row("outside_ranges", "The limiting thread's time is outside its ranges", text, "cheaper_stage",
+                     m.speedup({tid: ms}), "bound", f"the untraced time costs nothing; {BOUND_MODEL}", None),
+                 touch_ms=ms)]
 
 
 def _skipped(ev: Evidence, group, k: int) -> tuple[dict, str, str]:

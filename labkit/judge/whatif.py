@@ -32,7 +32,7 @@ from labkit.judge.accounting import thread_names
 from labkit.judge.critical import CriticalPath
 from labkit.report.cpu import osrt_calls
 from labkit.stats.blocked import blocked_in, blocked_intervals
-from labkit.stats.calls import is_wait, runtime_threads, work_ranges
+from labkit.stats.calls import is_wait, osrt_traced, runtime_threads, work_ranges
 from labkit.stats.idle import busy_intervals, union_of
 from labkit.stats.stages import stage_labels
 
@@ -87,7 +87,7 @@ class WhatIf(CriticalPath):
         names = thread_names(rep)
         # Without an OS runtime trace, a thread's time outside its ranges may be a wait nothing
         # recorded (a queue get): an annotated thread then owns only its ranges' time.
-        osrt = len(rep.osrt) > 0
+        osrt = osrt_traced(rep)
         work = work_ranges(rep)
         annotated = set(work["global_tid"].astype("int64")) if len(work) else set()
         # a thread without ranges waits for work in its reads, polls and sleeps (see the module's
@@ -133,6 +133,7 @@ class WhatIf(CriticalPath):
         inside = work[(work["start_ns"] >= w0) & (work["end_ns"] <= w1)] if len(work) else work
         self._ranges = inside.assign(label=stage_labels(inside)) if len(inside) else inside
         self._peer = peer
+        self._latency = lat  # its waits on the outside world: a thread in one acts on no peer (critical path)
         self._helper_ms: dict = {}
         self._independent: pd.Series | None = None
         self._pools: list[list[int]] | None = None

@@ -27,6 +27,9 @@ def _read_meta(db: _Db) -> dict:
         row = db.scalar_rows("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'CpuCores' LIMIT 1")
         if row and str(row[0][0]).isdigit() and 0 < int(row[0][0]) < 1 << 16:
             meta["cpu_cores"] = int(row[0][0])
+    # traced with -t osrt: nsys writes the table, with its markers of the tracing's start, only then (a
+    # window of the report may hold no call, yet the time outside its ranges was traced)
+    meta["osrt_traced"] = db.has("OSRT_API", "start") and db.any_rows("OSRT_API")
     if db.has("META_DATA_CAPTURE", "name", "value"):
         kv = db.scalar_rows("SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_0:%'")
         d = dict(kv)

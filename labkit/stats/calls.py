@@ -9,7 +9,7 @@ import re
 import pandas as pd
 
 __all__ = ["BLOCKING_OSRT", "LATENCY_OSRT", "LOCK_OSRT", "RELEASING_OSRT", "RUNTIME_THREADS", "SLEEP_OSRT",
-           "WAIT_WORDS", "blocking_osrt", "is_wait", "runtime_threads", "work_ranges"]
+           "WAIT_WORDS", "blocking_osrt", "is_wait", "osrt_traced", "runtime_threads", "work_ranges"]
 
 BLOCKING_OSRT = re.compile(
     r"^(nanosleep|clock_nanosleep|usleep|sleep|pause|sigsuspend|sigwait\w*|sigtimedwait"
@@ -73,6 +73,13 @@ def blocking_osrt(rep) -> pd.DataFrame:
         return o
     names = o["name"].astype(str)
     return o[names.str.match(BLOCKING_OSRT)]
+
+
+def osrt_traced(rep) -> bool:
+    """Whether the run was traced with ``-t osrt`` (:func:`labkit.report.meta._read_meta`), though a window of
+    it may hold no call: then a thread's time outside its ranges, CUDA calls and traced waits is not a
+    traced kind of wait (it may still be one nsys 2022.4 does not trace: a timed ``sem_clockwait``)."""
+    return bool(rep.meta.get("osrt_traced", len(rep.osrt) > 0))
 
 
 def _memo(rep, key: tuple, build):

@@ -37,10 +37,10 @@ READ_BLOCKED_NS = 50_000
 
 
 def _peer_events(rep) -> pd.DataFrame:
-    """global_tid, t_ns: when each thread that can release a peer ended a work range or made a call
-    that hands something over (:data:`RELEASING_OSRT`), sorted by time. Where some thread has work
-    ranges, only such threads: a thread without ranges of its own works for others' stages and waits
-    for work (the what-if model's helpers), so what it releases is theirs. The runtime's threads never."""
+    """global_tid, t_ns: when each thread that can release a peer ended a work range or began a call
+    that hands something over (:data:`RELEASING_OSRT`), sorted by time. Threads without ranges too: a
+    feeder nobody annotated (a DataLoader's worker process, a decode thread) ends its consumer's reads
+    with its writes. The runtime's threads never."""
     parts = []
     r = work_ranges(rep)
     if len(r):
@@ -48,11 +48,11 @@ def _peer_events(rep) -> pd.DataFrame:
     o = rep.osrt
     if len(o):
         o = o[o["name"].astype(str).str.match(RELEASING_OSRT)]
-        parts.append(pd.DataFrame({"global_tid": o["global_tid"].to_numpy(np.int64), "t_ns": o["end_ns"].to_numpy(np.int64)}))
+        # a call hands over from its start on: a reader may return while the write that filled its pipe
+        # is still in its call (descheduled there, a write ended 2.5 ms after the read it ended returned)
+        parts.append(pd.DataFrame({"global_tid": o["global_tid"].to_numpy(np.int64), "t_ns": o["start_ns"].to_numpy(np.int64)}))
     ev = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"global_tid": [], "t_ns": []}, dtype=np.int64)
     ev = ev[~ev["global_tid"].isin(runtime_threads(rep))]
-    if len(r):
-        ev = ev[ev["global_tid"].isin(set(r["global_tid"].astype("int64")))]
     return ev.sort_values("t_ns", kind="stable")
 
 
@@ -188,7 +188,9 @@ def peer_reads(rep) -> pd.Index:
     and returned within :data:`READ_SLACK_NS` of a peer's act (:func:`_peer_events`: a write, a send,
     the end of a work range), as a read of a pipe or a socket another thread or process fills does. A
     thread's reads count so only where most end that way, far more often than chance
-    (:func:`_waited_on`); the rest (a file, a device, a service that is no traced peer) stay latency.
+    (:func:`_waited_on`), and then so do its reads during which a peer it waits on acted (woken more
+    than :data:`READ_SLACK_NS` after the act: no core was free); the rest (a file, a device, a service
+    that is no traced peer) stay latency.
     """
     o = blocking_osrt(rep)
     if len(o) == 0:
@@ -201,7 +203,9 @@ def peer_reads(rep) -> pd.Index:
     out = []
     for g, mine in reads.groupby("global_tid", sort=False):
         s, e = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
-        ended, _ = _waited_on(events, g, np.maximum(s, e - READ_SLACK_NS), e, (int(s.min()), int(e.max())))
+        ended, acts = _waited_on(events, g, np.maximum(s, e - READ_SLACK_NS), e, (int(s.min()), int(e.max())))
+        if ended.any():  # it reads what they hand over: a read during which one acted, woken late, waited too
+            ended |= _acted(acts, s + 1, e)
         out.append(mine.index[ended])
     return out[0].append(out[1:]) if out else pd.Index([])
 

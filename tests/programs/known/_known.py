@@ -83,16 +83,40 @@ class Steady:
                   flush=True)
 
 
-def produce(q, items: int, ms: float) -> None:
-    """Compute each of ``items`` items for ``ms`` milliseconds (a ``produce`` range) and put its number
-    in ``q``: the producer of the programs whose consumer waits on it (polling, on a pipe, with a
-    timeout)."""
+def produce(q, items: int, ms: float, annotated: bool = True) -> None:
+    """Compute each of ``items`` items for ``ms`` milliseconds (a ``produce`` range, or none where not
+    ``annotated``) and put its number in ``q``: the producer of the programs whose consumer waits on it
+    (polling, on a pipe, with a timeout)."""
+    from contextlib import nullcontext
+
     from labkit import annotate
 
     for i in range(items):
-        with annotate.range("produce", batch=i, items=1):
+        with annotate.range("produce", batch=i, items=1) if annotated else nullcontext():
             cpu(ms)
         q.put(i)
+
+
+def fed_by_process(items: int, ms: float, annotated: bool = True, name: str = "producer") -> None:
+    """A spawned process (so nsys traces it) :func:`produce`\ s ``items`` + 1 items of ``ms`` each into
+    a ``multiprocessing.Queue``; this process takes the first (the child's start-up is not the steady
+    loop), then times taking and ``consume``-ing (5 ms, a range) each of the rest (:class:`Steady`).
+    Call it under ``if __name__ == "__main__":``, from a script whose folder holds this module."""
+    import multiprocessing as mp
+
+    from labkit import annotate
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=produce, args=(q, items + 1, ms, annotated), name=name)
+    p.start()
+    q.get()
+    with Steady(items):
+        for _ in range(items):
+            i = q.get()
+            with annotate.range("consume", batch=i, items=1):
+                cpu(5)
+    p.join()
 
 
 def workers(target, n: int = 2, name: str = "worker") -> None:
