@@ -12,6 +12,15 @@ from labkit.stats.blocked import overlap_ns
 from labkit.stats.idle import busy_intervals
 
 
+def _holding(iv, t: int) -> tuple[int, int] | None:
+    """The interval of the sorted disjoint ``iv`` (starts, ends; or None) holding the instant just
+    before ``t``, as (start, end), or None."""
+    if iv is None or len(iv[0]) == 0:
+        return None
+    i = int(np.searchsorted(iv[0], t - 1, side="right")) - 1
+    return (int(iv[0][i]), int(iv[1][i])) if i >= 0 and iv[1][i] > t - 1 else None
+
+
 class CriticalPath:
     """The critical path of a :class:`~labkit.judge.whatif.WhatIf` (a mixin: it reads the model's
     ``window``, ``threads``, ``_extent``, ``_idle``, ``_ends``, ``_ranges``, ``_peer``, ``_latency`` and ``_osrt``,
@@ -30,11 +39,7 @@ class CriticalPath:
 
     def _waiting(self, g: int, t: int):
         """The peer wait of thread ``g`` holding the instant just before ``t`` as (start, end), or None."""
-        iv = self._idle.get(g)
-        if iv is None or len(iv[0]) == 0:
-            return None
-        i = int(np.searchsorted(iv[0], t - 1, side="right")) - 1
-        return (int(iv[0][i]), int(iv[1][i])) if i >= 0 and iv[1][i] > t - 1 else None
+        return _holding(self._idle.get(g), t)
 
     def _last_work(self, g: int, t: int) -> int:
         """The last instant at or before ``t`` that thread ``g`` worked (not waiting on a peer), or -1."""
@@ -52,11 +57,8 @@ class CriticalPath:
         instant (:meth:`_last_work`), or where it was then blocked on the outside world (a sleep, a read:
         latency, which the path counts as its own time) the start of that wait."""
         lw = self._last_work(g, t)
-        iv = self._latency.get(g)
-        if lw <= 0 or iv is None or len(iv[0]) == 0:
-            return lw
-        i = int(np.searchsorted(iv[0], lw - 1, side="right")) - 1
-        return int(iv[0][i]) if i >= 0 and iv[1][i] > lw - 1 else lw
+        iv = _holding(self._latency.get(g), lw) if lw > 0 else None
+        return iv[0] if iv is not None else lw
 
     def _releaser(self, g: int, t: int, since: int):
         """(thread, its last working instant) that let ``g`` go on at ``t`` after waiting from ``since``:
