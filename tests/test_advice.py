@@ -256,7 +256,7 @@ def test_the_h200_baselines_gaps_are_its_stages_work_and_its_window_is_not_stret
     a = advise(r)
     w0, w1 = a.attrs["window"]
     disp = r.nvtx[r.nvtx["name"] == "display"]
-    assert w1 == int(disp["end_ns"].max()) and (w1 - w0) / 1e6 < 160
+    assert w1 == int(disp["end_ns"].max()) and (w1 - w0) / 1e6 < 170  # 13 periods of 'display': 163 ms
     assert "gpu_starvation" not in set(a["rule"])
     overlap = a[a["lever"] == "overlap_stages"]
     assert len(overlap) == 1 and overlap["basis"].iloc[0] == "estimate"  # (2.24x: see the README's H200 section)

@@ -401,7 +401,7 @@ def test_turns_get_the_release_lock_estimate_whether_or_not_a_thread_limits(tmp_
     assert len(lock) == 1 and lock["rule"].iloc[0] == "taking_turns"
     monkeypatch.setattr(rules, "BALANCED", 1.0)  # the busier writer now limits the run
     after = labkit.advise(rep)
-    assert not ((after["rule"] == "taking_turns") & (after["lever"] == "cheaper_stage")).any()
+    assert not ((after["rule"] == "on_path") & (after["stage"] == "write")).any()
     again = after[after["lever"] == "release_lock"]
     assert len(again) == 1
     assert again["predicted_speedup"].iloc[0] == pytest.approx(lock["predicted_speedup"].iloc[0], rel=1e-9)
@@ -449,3 +449,36 @@ def test_the_gpu_known_answers_recorded_on_an_h200(rec):
         graphs = adv[adv["lever"] == "cuda_graphs"].iloc[0]  # a graph keeps the kernels' times: the SMs' time bounds it
         sm_ms = account(rep, window=adv.attrs["window"]).sm_ms
         assert graphs["predicted_speedup"] == pytest.approx(float(graphs["window_ms"]) / sm_ms, rel=0.01)
+
+
+@pytest.mark.nsys
+def test_a_thread_started_per_item_is_named_where_no_thread_is_busy_most(tmp_path):
+    """thread_per_item starts a thread per item that infers (32 ms) and joins it: the main thread, the
+    busiest, prepares a third of the time. The stage its short-lived threads run one after another is
+    the bound, a cheaper one shortens the path (on_path), and it is no lock the threads take in turn;
+    the bottleneck had said the run waited on work its ranges do not show."""
+    rep = ka.profile("thread_per_item", tmp_path)
+    a = labkit.advise(rep)
+    top = a.iloc[0]
+    assert (top["rule"], top["stage"], top["basis"]) == ("on_path", "infer", "bound"), top
+    assert "taking_turns" not in set(a["rule"])
+    b = labkit.bottleneck(rep)
+    assert b.stage == "infer" and b.thread is None, b
+    assert "one after another, each short-lived" in str(b) and "do not show" not in str(b), b
+
+
+@pytest.mark.nsys
+def test_a_repeated_range_without_the_mark_is_a_stage_and_the_window_holds_whole_periods(tmp_path):
+    """checkpoint's steps carry labkit's items mark and its checkpoint (every tenth step) does not: the
+    checkpoint is a stage too, and the steady window, set by the checkpoints (the most time), runs
+    from the end of the first to the end of the last, five whole periods."""
+    from labkit.judge.accounting import steady_window_of
+
+    rep = ka.profile("checkpoint", tmp_path)
+    stages, how = labkit.choose_stages(rep)
+    assert stages == ("step", "checkpoint") and "checkpoint" in how, (stages, how)
+    (w0, w1), _ = steady_window_of(rep)
+    cp = rep.nvtx[rep.nvtx["name"] == "checkpoint"].sort_values("start_ns")
+    assert (w0, w1) == (int(cp["end_ns"].iloc[0]), int(cp["end_ns"].iloc[-1]))
+    steps = rep.nvtx[(rep.nvtx["name"] == "step") & (rep.nvtx["start_ns"] >= w0) & (rep.nvtx["end_ns"] <= w1)]
+    assert len(steps) == 50

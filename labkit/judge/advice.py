@@ -32,7 +32,7 @@ __all__ = ["RULES", "advise", "next_lever", "finding_sentence", "AdviseError", "
            "annotated_stages", "MIN_GAIN"]
 
 RULES = (advice_rules.serial, advice_rules.latency, advice_rules.dominant, advice_rules.outside_ranges,
-         advice_rules.taking_turns,
+         advice_rules.on_path, advice_rules.taking_turns,
          advice_rules.one_at_a_time, advice_rules.chain, per_call, fitted_batch, underfilled, sync_apis, sync_copies,
          pageable, starvation, low_utilization, launch_bound, gpu_bound)
 """Every rule but ``removable`` (which needs the caller's list): a function of the evidence."""

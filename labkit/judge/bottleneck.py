@@ -76,6 +76,31 @@ def _untraced_most(rep, w0: int, w1: int) -> str:
             "work nobody annotated, or waits nsys does not trace")
 
 
+def _spread_stage(work: pd.DataFrame, per: pd.DataFrame, wall_ns: int):
+    """(stage, ms, threads, how) for a stage run on several threads whose ranges cover most of the
+    window (:data:`IDLE_MOST`) where no thread was busy most of it: threads one after another, or
+    short-lived ones (most live under half the window: a worker started per item, or a few per
+    batch, and waited for). ``ms``: the time its ranges cover; ``how`` says which. None otherwise
+    (long-lived threads that run it at once, a pool none of whose threads is busy most of the time,
+    do not limit the run)."""
+    by = per.groupby("stage", sort=False).agg(ns=("self_ns", "sum"), n=("global_tid", "nunique"))
+    top = by["ns"].idxmax()
+    if by.at[top, "n"] < 2 or by.at[top, "ns"] < IDLE_MOST * wall_ns:
+        return None
+    r = work[work["stage"] == top]
+    s, e = busy_intervals(r["start_ns"].to_numpy(), r["end_ns"].to_numpy())
+    covered = int(np.sum(e - s))
+    if covered < IDLE_MOST * wall_ns:
+        return None
+    apart = covered >= 0.9 * np.sum(r["end_ns"].to_numpy() - r["start_ns"].to_numpy())
+    life = r.groupby("global_tid")["end_ns"].max() - r.groupby("global_tid")["start_ns"].min()
+    short = float(life.median()) < 0.5 * wall_ns
+    if not (apart or short):
+        return None
+    how = ("one after another" if apart else "partly at once") + (", each short-lived" if short else "")
+    return str(top), covered / 1e6, int(by.at[top, "n"]), how
+
+
 def bottleneck(rep, *, warmup: int = 0, window=None, within=None, steady: bool = True) -> Bottleneck:
     """Name the stage and the thread that bound throughput (:func:`_bottleneck` says how), over the
     window :func:`labkit.advise` reads: ``window=(start_ns, end_ns)`` or ``within="range"`` as given;
@@ -207,6 +232,12 @@ def _bottleneck(rep, *, warmup: int = 0) -> Bottleneck:
         sentence = (f"The GPU bound throughput: kernels kept the SMs busy {gpu_frac:.0%} of {wall_ms:.1f} ms, more "
                     f"than any thread was busy (busiest: {row['thread']} at {frac:.0%}, mostly '{row['stage']}')"
                     f"{copies}.")
+    elif occ < IDLE_MOST and (spread := _spread_stage(work, per, wall_ns)) is not None:
+        stage, ms, n, how = spread
+        sentence = (f"Stage '{stage}', run on {n} threads {how}, bound throughput: its ranges held {ms:.1f} ms "
+                    f"({ms * 1e6 / wall_ns:.0%}) of {wall_ms:.1f} ms, while no thread was busy most of it (the busiest, "
+                    f"{row['thread']}, {frac:.0%}, mostly '{row['stage']}'); {sm}{copies}.")
+        return Bottleneck(sentence, stage, None, None, occ, ms, wall_ms, gpu_frac, table, copy_frac, False)
     elif occ < IDLE_MOST:
         sentence = (f"No thread or engine was busy most of the {wall_ms:.1f} ms: the busiest, {row['thread']}, was busy "
                     f"{frac:.0%} (mostly '{row['stage']}', {row['self_ns'] / 1e6:.1f} ms), so the run waits on work its "

@@ -23,7 +23,7 @@ def _holding(iv, t: int) -> tuple[int, int] | None:
 
 class CriticalPath:
     """The critical path of a :class:`~labkit.judge.whatif.WhatIf` (a mixin: it reads the model's
-    ``window``, ``threads``, ``_extent``, ``_idle``, ``_ends``, ``_ranges``, ``_peer``, ``_latency`` and ``_osrt``,
+    ``window``, ``threads``, ``_extent``, ``_idle``, ``_ends``, ``_ranges``, ``_peer``, ``_latency``, ``_osrt`` and ``lifetime_ms``,
     and keeps ``_critical``, ``_crit_in``, ``_off_path``)."""
 
     HOP_NS = 1_000_000
@@ -167,10 +167,16 @@ class CriticalPath:
         self._off_path[g] = ms
         return ms
 
+    TURN_SHARE = 0.2
+    """A thread takes turns in a stage on the path when it holds at least this share of the path's
+    time in the stage and lives at least half the window (a worker started per item is a chain's
+    link, :func:`labkit.judge.rules.chain`, not a turn-taker)."""
+
     def path_stages(self) -> pd.DataFrame:
         """Per stage: ``path_ms``, the critical path's time inside its ranges while their thread worked
-        (summed over threads), and ``threads``, how many threads ran it on the path; largest first."""
-        cols = ["stage", "path_ms", "threads"]
+        (summed over threads); ``threads``, how many threads ran it on the path; ``turns``, how many of
+        them took turns in it (:data:`TURN_SHARE`); largest first."""
+        cols = ["stage", "path_ms", "threads", "turns"]
         path, r = self.critical(), self._ranges
         if path is None or not len(r):
             return pd.DataFrame(columns=cols)
@@ -184,12 +190,15 @@ class CriticalPath:
             rs, re_ = busy_intervals(rr["start_ns"].to_numpy(np.int64), rr["end_ns"].to_numpy(np.int64))
             ms = overlap_ns(iv, (rs, re_)) / 1e6
             if ms > 0:
-                rows.append((str(label), ms))
+                rows.append((str(label), int(g), ms))
         if not rows:
             return pd.DataFrame(columns=cols)
-        d = pd.DataFrame(rows, columns=["stage", "path_ms"])
-        g = d.groupby("stage", sort=False)["path_ms"]
-        out = pd.DataFrame({"path_ms": g.sum(), "threads": g.size()}).reset_index()
+        d = pd.DataFrame(rows, columns=["stage", "tid", "path_ms"])
+        half = (self.window[1] - self.window[0]) / 2e6
+        d["turn"] = ((d["path_ms"] >= self.TURN_SHARE * d.groupby("stage")["path_ms"].transform("sum"))
+                     & (d["tid"].map(self.lifetime_ms) >= half))
+        g = d.groupby("stage", sort=False)
+        out = pd.DataFrame({"path_ms": g["path_ms"].sum(), "threads": g.size(), "turns": g["turn"].sum()}).reset_index()
         return out[cols].sort_values("path_ms", ascending=False, ignore_index=True)
 
     def on_path_share(self, tid: int, stages=()) -> float:

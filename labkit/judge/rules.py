@@ -38,6 +38,9 @@ BALANCED = 1.10
 """Threads whose own times are within 10 % of each other are balanced: no stage finding is made on the
 limiting one. Own times are measured under the run's contention: in the known-answer control (three
 threads of 20 ms a step by construction, tests/programs/known/balanced.py) they differed by 7 %."""
+PATH_SHARE = 0.25
+"""A stage holding at least this share of the critical path, off the limiting thread, gets a finding
+of its own (:func:`on_path`): below it the stage is one of several the path passes through."""
 BATCH_TO = 16  # the batch size the batching estimate assumes where the calls carry fewer items
 
 
@@ -152,39 +155,71 @@ def latency(ev: Evidence) -> list[dict]:
                  touch_ms=s_own - after)]
 
 
+def on_path(ev: Evidence) -> list[dict]:
+    """A stage that holds a large share of the critical path (:data:`PATH_SHARE`) outside the limiting
+    thread's stages, or anywhere where no thread limits: the run waits on it although the thread running
+    it is not the busiest (a synchronous hand-off, a worker started per item and joined, threads
+    taking turns, a limit that moves from one thread to another during the run). A cheaper stage
+    shortens the path: the prediction is the model's run length with the stage costing nothing (a
+    bound)."""
+    m = ev.model
+    ps = m.path_stages()
+    span = (m.window[1] - m.window[0]) / 1e6
+    if ps.empty or span <= 0:
+        return []
+    lim = _limiting(ev)
+    theirs = set(map(str, lim[2]["stage"])) if lim is not None else set()  # dominant and serial say those
+    out = []
+    for top in ps[ps["path_ms"] >= PATH_SHARE * span].itertuples():
+        stage, on, n, turns = str(top.stage), float(top.path_ms), int(top.threads), int(top.turns)
+        if stage in theirs or _is_setup(stage) or _given(ev, stage):
+            continue
+        gone = m.stages[m.stages["stage"] == stage].groupby("tid")["own_ms"].sum().to_dict()
+        if not sum(gone.values()):  # not a stage (an envelope such as a loop's iteration), or no own time
+            continue
+        if turns >= 2:
+            title, who = f"Threads take turns in '{stage}'", f"run by {turns} threads in turn: while one runs it the others wait"
+        elif n > 1:
+            title, who = f"'{stage}' holds the critical path", f"the path passing through {n} of the threads that run it"
+        else:
+            who = "on " + str(m.threads.set_index("tid")["thread"].get(next(iter(gone), -1), "one thread"))
+            title = f"'{stage}' holds the critical path"
+        busiest = ("no thread's own time limits the run (they are within "
+                   f"{BALANCED - 1:.0%} of each other)" if lim is None else
+                   f"the busiest thread, {lim[1]['thread']}, does not run it")
+        text = (f"{busiest}, but '{stage}' holds {on:.0f} ms of the {span:.0f} ms critical path ({on / span:.0%}), "
+                f"{who}; the prediction is the most a cheaper '{stage}' can give: '{stage}' taking no time at all")
+        out.append(dict(row("on_path", title, text, "cheaper_stage", m.speedup(gone, stages=[stage]), "bound",
+                            f"'{stage}' costs nothing; {BOUND_MODEL}", stage),
+                        touch_ms=on, helpers_ms={**gone, **{h: gone.get(h, 0.0) + ms for h, ms in
+                                                            m.helped(gone, [stage]).items()}}))
+    return out
+
+
 def taking_turns(ev: Evidence) -> list[dict]:
     """One stage, run by several threads in turn (a lock held for it, a resource one at a time), holds
-    most of the critical path: where no thread limits the run, a cheaper stage shortens the path (a
-    bound); whether or not one does, the threads running it at once would (an estimate)."""
+    most of the critical path: the threads running it at once would shorten it (an estimate; a cheaper
+    stage is :func:`on_path`'s finding, or the limiting thread's)."""
     m = ev.model
     ps = m.path_stages()
     span = (m.window[1] - m.window[0]) / 1e6
     if ps.empty or span <= 0:
         return []
     top = ps.iloc[0]
-    stage, on_path, n = str(top["stage"]), float(top["path_ms"]), int(top["threads"])
+    stage, on_path, n = str(top["stage"]), float(top["path_ms"]), int(top["turns"])
     if n < 2 or on_path < DOMINANT_SHARE * span or _is_setup(stage):
         return []
-    out, held = [], f"'{stage}', run by {n} threads in turn, holds {on_path:.0f} ms of the {span:.0f} ms critical path"
-    if _limiting(ev) is None and not _given(ev, stage):  # else the limiting thread's stage findings say it
-        gone = m.stages[m.stages["stage"] == stage].groupby("tid")["own_ms"].sum().to_dict()
-        text = (f"no thread's own time limits the run (they are within {BALANCED - 1:.0%} of each other), but "
-                f"{held} ({on_path / span:.0%}): while one thread runs it the others wait; the prediction is the most "
-                f"a cheaper '{stage}' can give: '{stage}' taking no time at all")
-        out.append(dict(row("taking_turns", f"Threads take turns in '{stage}'", text, "cheaper_stage",
-                            m.speedup(gone, stages=[stage]), "bound", f"'{stage}' costs nothing; {BOUND_MODEL}", stage),
-                        touch_ms=on_path, helpers_ms={**gone, **{h: gone.get(h, 0.0) + ms for h, ms in
-                                                                 m.helped(gone, [stage]).items()}}))
-    p = m.without_turns()  # the other way out of the turns: let the threads run the stage at once
-    if p >= MIN_GAIN and not one_at_a_time(ev):  # that rule already answers turns taken inside stages
-        out.append(dict(row(
-            "taking_turns", f"Threads take turns in '{stage}'",
-            f"{held}; if they could run it at once (a lock held over it for longer than it needs, as over I/O), "
-            f"each thread keeps its own time: the longest takes {float(m.threads['own_ms'].max()):.0f} ms",
-            "release_lock", p, "estimate", f"the threads no longer wait on each other in '{stage}' (what it does "
-            f"needs no resource that serves one at a time: not one disk, device or connection); each keeps its own "
-            f"time; {MODEL}", stage), touch_ms=on_path))
-    return out
+    held = f"'{stage}', run by {n} threads in turn, holds {on_path:.0f} ms of the {span:.0f} ms critical path"
+    p = m.without_turns()  # the way out of the turns: let the threads run the stage at once
+    if p < MIN_GAIN or one_at_a_time(ev):  # that rule already answers turns taken inside stages
+        return []
+    return [dict(row(
+        "taking_turns", f"Threads take turns in '{stage}'",
+        f"{held}; if they could run it at once (a lock held over it for longer than it needs, as over I/O), "
+        f"each thread keeps its own time: the longest takes {float(m.threads['own_ms'].max()):.0f} ms",
+        "release_lock", p, "estimate", f"the threads no longer wait on each other in '{stage}' (what it does "
+        f"needs no resource that serves one at a time: not one disk, device or connection); each keeps its own "
+        f"time; {MODEL}", stage), touch_ms=on_path)]
 
 
 def chain(ev: Evidence) -> list[dict]:
@@ -272,7 +307,7 @@ def dominant(ev: Evidence) -> list[dict]:
     if lim is None:
         return []
     m, t, st = lim
-    if len(st) == 0 or m.stages["stage"].nunique() < 2:  # a run of one stage: it dominates nothing
+    if len(st) == 0 or len(m.stages.groupby(["tid", "stage"])) < 2:  # one stage on one thread: it dominates nothing
         return []
     top = st.iloc[0]
     stage, ms = str(top["stage"]), float(top["own_ms"])

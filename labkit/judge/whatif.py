@@ -43,6 +43,11 @@ POOL_AT_ONCE = 1.1
 (the one with the most own time) at once: its ranges, summed over the threads, are at least this many
 times as long as their union. Threads that take a lock in turn for it
 (tests/programs/known/taking_turns.py) run it one at a time (1.0): no pool, their turns are the run."""
+POOL_EVEN = 2.0
+"""A pool's threads do the same work per item: their mean own time per instance of the main stage is
+within this factor of each other. Threads that pass each item on under one range name, a producer's
+'work' of 8 ms feeding a consumer's 'work' of 30 ms (tests/programs/known/same_name.py), differ by more
+(3.6x): no pool, a cheaper consumer leaves the producer its time."""
 IN_FLIGHT = 8
 """Requests a thread can keep in flight once its latency is overlapped (parallel reads, prefetch
 threads): the parallel-input lever's assumption."""
@@ -225,11 +230,16 @@ class WhatIf(CriticalPath):
         return self._pools
 
     def _at_once(self, tids: list[int]) -> bool:
-        """Whether threads ``tids`` run their main stage at once (:data:`POOL_AT_ONCE`)."""
+        """Whether threads ``tids`` run their main stage at once (:data:`POOL_AT_ONCE`), for about the
+        same time per instance (:data:`POOL_EVEN`)."""
         st, r = self.stages[self.stages["tid"].isin(tids)], self._ranges
         if not len(r):
             return False
         main = str(st.groupby("stage")["own_ms"].sum().idxmax())
+        per = st[st["stage"] == main].set_index("tid")
+        each = (per["own_ms"] / per["instances"].where(per["instances"] > 0)).reindex(tids)
+        if each.notna().all() and each.min() > 0 and each.max() > POOL_EVEN * each.min():
+            return False  # different work under one name (where instances are counted in the window)
         mine = r[r["global_tid"].isin(tids) & ((r["label"] == main) | (r["name"] == main))]
         if not len(mine):
             return False

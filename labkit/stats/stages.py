@@ -69,6 +69,33 @@ def stage_labels(nv: pd.DataFrame) -> pd.Series:
     return pd.Series(np.where(d != "", d + ":" + nv["name"].astype(str), nv["name"].astype(str)), index=nv.index)
 
 
+def _beside_marked(nv: pd.DataFrame, labels: pd.Series, marked: np.ndarray) -> tuple[str, ...]:
+    """The labels of the ranges that carry no ``items`` mark but stand beside the marked ones: repeated
+    (two instances or more), neither holding a marked range (an envelope such as an epoch) nor nested in
+    one (a part of a stage), and not named as a wait (:func:`labkit.stats.calls.is_wait`). A checkpoint
+    every tenth step, in a loop whose steps carry the mark, is a stage too: leaving it out hid its time."""
+    parent = nv["parent"].to_numpy(np.int64)
+    n = len(nv)
+    inside = np.zeros(n, dtype=bool)  # nested in a marked range
+    holds = np.zeros(n, dtype=bool)  # holds a marked range
+    cur = parent.copy()
+    while (cur >= 0).any():
+        ok = cur >= 0
+        inside[ok] |= marked[cur[ok]]
+        cur[ok] = parent[cur[ok]]
+    cur = np.where(marked, parent, -1)
+    while (cur >= 0).any():
+        ok = cur[cur >= 0]
+        holds[ok] = True
+        cur = np.where(cur >= 0, parent[np.maximum(cur, 0)], -1)
+    ranges = (nv["kind"] != "mark").to_numpy()
+    cand = ranges & ~marked & ~inside
+    lab = labels.to_numpy()
+    bad = set(lab[cand & holds]) | set(lab[marked])
+    counts = pd.Series(lab[cand]).value_counts()
+    return tuple(str(x) for x in dict.fromkeys(lab[cand]) if counts[x] > 1 and x not in bad and not is_wait(x))
+
+
 @windowed
 def choose_stages(rep) -> tuple[tuple[str, ...], str]:
     """A program's stages and how they were chosen, without knowing the program.
@@ -86,6 +113,10 @@ def choose_stages(rep) -> tuple[tuple[str, ...], str]:
     ranges = (nv["kind"] != "mark").to_numpy()
     marked = tuple(dict.fromkeys(labels[ranges & (items > 0)]))
     if marked:
+        beside = _beside_marked(nv, labels, ranges & (items > 0))
+        if beside:
+            return marked + beside, ("stages: the ranges that carry an 'items' mark (labkit.annotate), and the "
+                                     f"repeated ranges beside them without one ({', '.join(beside)})")
         return marked, "stages: the ranges that carry an 'items' mark (labkit.annotate)"
     r = nv[ranges]
     if len(r) == 0:
