@@ -361,9 +361,12 @@ def test_a_process_per_item_is_a_chain_and_the_tracings_markers_are_no_thread(tm
     assert a["rule"].iloc[0] == "chain" and a["lever"].iloc[0] == "in_flight", a
     # beside it, at most the main thread's own stages: 'prepare' (10 ms of each item's ~100 ms) on a
     # thread of its own overlaps the children, 1.05x to 1.08x by how fast interpreters start here, so
-    # it is a finding in some runs and under the threshold in others
-    assert set(a["rule"].iloc[1:]) <= {"serial_stages"}, a
-    assert set(a["stage"].iloc[1:].dropna()) <= {"run_child", "prepare"}, a
+    # it is a finding in some runs and under the threshold in others; and the children's 'compute'
+    # (40 ms an item, about a third of the critical path, under a quarter where interpreters start
+    # slowly) taking no time, a bound over all of them (on_path), not a finding about one child
+    assert set(a["rule"].iloc[1:]) <= {"serial_stages", "on_path"}, a
+    assert set(a["stage"].iloc[1:].dropna()) <= {"run_child", "prepare", "compute"}, a
+    assert set(a.loc[a["rule"] == "on_path", "stage"]) <= {"compute"}, a
     ev = Evidence(restrict(rep, window=a.attrs["window"]), a.attrs["stages"], "", 0, None)
     assert not [g for g in ev.model.threads["tid"] if int(g) & 0xFFFFFF == 0]
 
