@@ -24,7 +24,7 @@ def _holding(iv, t: int) -> tuple[int, int] | None:
 class CriticalPath:
     """The critical path of a :class:`~labkit.judge.whatif.WhatIf` (a mixin: it reads the model's
     ``window``, ``threads``, ``_extent``, ``_idle``, ``_ends``, ``_ranges``, ``_peer``, ``_latency``, ``_osrt`` and ``lifetime_ms``,
-    and keeps ``_critical``, ``_crit_in``, ``_off_path``)."""
+    and keeps ``_critical``, ``_crit_in``, ``_off_path``, ``_path_stages``)."""
 
     HOP_NS = 1_000_000
     """Waits shorter than this (1 ms: contention for a lock the threads hold for microseconds, such as
@@ -175,7 +175,14 @@ class CriticalPath:
     def path_stages(self) -> pd.DataFrame:
         """Per stage: ``path_ms``, the critical path's time inside its ranges while their thread worked
         (summed over threads); ``threads``, how many threads ran it on the path; ``turns``, how many of
-        them took turns in it (:data:`TURN_SHARE`); largest first."""
+        them took turns in it (:data:`TURN_SHARE`); largest first. Computed once per model (two rules
+        read it)."""
+        if self._path_stages is None:
+            self._path_stages = self._stages_on_path()
+        return self._path_stages
+
+    def _stages_on_path(self) -> pd.DataFrame:
+        """:meth:`path_stages`, computed."""
         cols = ["stage", "path_ms", "threads", "turns"]
         path, r = self.critical(), self._ranges
         if path is None or not len(r):

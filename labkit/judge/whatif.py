@@ -147,6 +147,7 @@ class WhatIf(CriticalPath):
         self._critical: pd.DataFrame | None = None
         self._crit_in: dict = {}
         self._off_path: dict = {}
+        self._path_stages: pd.DataFrame | None = None
         self._osrt = osrt  # without an OS runtime trace an annotated thread owns only its ranges' time
 
     @staticmethod

@@ -38,15 +38,20 @@ def _items_per_range(nv: pd.DataFrame) -> np.ndarray:
     return items
 
 
-def _warmup_mask(nv: pd.DataFrame, warmup: int) -> np.ndarray:
-    """True for rows of warm-up batches: payload below ``warmup``, or nested in such a range."""
-    pay = nv["payload"].astype("float64").to_numpy()
-    warm = ~np.isnan(pay) & (pay < warmup)
+def _in_flagged(nv: pd.DataFrame, flag: np.ndarray) -> np.ndarray:
+    """True for rows that are ``flag``\ ged or nested, at any depth, in a flagged range."""
+    out = flag.copy()
     parent = nv["parent"].to_numpy()
     for _ in range(int(nv["depth"].max()) if len(nv) else 0):  # one level per pass, vectorized
         has = parent >= 0
-        warm[has] |= warm[parent[has]]
-    return warm
+        out[has] |= out[parent[has]]
+    return out
+
+
+def _warmup_mask(nv: pd.DataFrame, warmup: int) -> np.ndarray:
+    """True for rows of warm-up batches: payload below ``warmup``, or nested in such a range."""
+    pay = nv["payload"].astype("float64").to_numpy()
+    return _in_flagged(nv, ~np.isnan(pay) & (pay < warmup))
 
 
 def _wall_ns(rep) -> int:
@@ -69,27 +74,19 @@ def stage_labels(nv: pd.DataFrame) -> pd.Series:
     return pd.Series(np.where(d != "", d + ":" + nv["name"].astype(str), nv["name"].astype(str)), index=nv.index)
 
 
-def _beside_marked(nv: pd.DataFrame, labels: pd.Series, marked: np.ndarray) -> tuple[str, ...]:
-    """The labels of the ranges that carry no ``items`` mark but stand beside the marked ones: repeated
-    (two instances or more), neither holding a marked range (an envelope such as an epoch) nor nested in
-    one (a part of a stage), and not named as a wait (:func:`labkit.stats.calls.is_wait`). A checkpoint
-    every tenth step, in a loop whose steps carry the mark, is a stage too: leaving it out hid its time."""
+def _beside_marked(nv: pd.DataFrame, labels: pd.Series, ranges: np.ndarray, marked: np.ndarray) -> tuple[str, ...]:
+    """The labels of the ``ranges`` that carry no ``items`` mark but stand beside the ``marked`` ones:
+    repeated (two instances or more), neither holding a marked range (an envelope such as an epoch)
+    nor nested in one (a part of a stage), and not named as a wait (:func:`labkit.stats.calls.is_wait`).
+    A checkpoint every tenth step, in a loop whose steps carry the mark, is a stage too: leaving it
+    out hid its time."""
     parent = nv["parent"].to_numpy(np.int64)
-    n = len(nv)
-    inside = np.zeros(n, dtype=bool)  # nested in a marked range
-    holds = np.zeros(n, dtype=bool)  # holds a marked range
-    cur = parent.copy()
-    while (cur >= 0).any():
-        ok = cur >= 0
-        inside[ok] |= marked[cur[ok]]
-        cur[ok] = parent[cur[ok]]
-    cur = np.where(marked, parent, -1)
-    while (cur >= 0).any():
-        ok = cur[cur >= 0]
-        holds[ok] = True
-        cur = np.where(cur >= 0, parent[np.maximum(cur, 0)], -1)
-    ranges = (nv["kind"] != "mark").to_numpy()
-    cand = ranges & ~marked & ~inside
+    holds = np.zeros(len(nv), dtype=bool)  # holds a marked range
+    up = parent[marked]
+    while len(up := up[up >= 0]):
+        holds[up] = True
+        up = parent[up]
+    cand = ranges & ~_in_flagged(nv, marked)
     lab = labels.to_numpy()
     bad = set(lab[cand & holds]) | set(lab[marked])
     counts = pd.Series(lab[cand]).value_counts()
@@ -113,7 +110,7 @@ def choose_stages(rep) -> tuple[tuple[str, ...], str]:
     ranges = (nv["kind"] != "mark").to_numpy()
     marked = tuple(dict.fromkeys(labels[ranges & (items > 0)]))
     if marked:
-        beside = _beside_marked(nv, labels, ranges & (items > 0))
+        beside = _beside_marked(nv, labels, ranges, ranges & (items > 0))
         if beside:
             return marked + beside, ("stages: the ranges that carry an 'items' mark (labkit.annotate), and the "
                                      f"repeated ranges beside them without one ({', '.join(beside)})")
