@@ -121,6 +121,8 @@ _ALL = [
     Program("same_name", "same_name.py", ("cheaper_stage",), "work", 3.75, not_rules=("taking_turns",)),
     Program("thread_per_item", "thread_per_item.py", ("cheaper_stage",), "infer", 3.0, not_rules=("taking_turns",)),
     Program("checkpoint", "checkpoint.py", ("cheaper_stage",), "checkpoint", 2.5),
+    Program("threads_over_cores", "threads_over_cores.py", ("cheaper_stage",), "infer", 2.0,
+            limiter=("prepare", "infer")),
     Program("balanced", "balanced.py", (), None, 1.0),
     Program("startup_heavy", "startup_heavy.py", ("overlap_stages",), "load", 1.7, limiter=("load", "step")),
     Program("gpu_pageable", "gpu_pageable.py", ("pin_memory",), None, 2.0, gpu=True),

@@ -11,6 +11,7 @@ import pytest
 
 import labkit
 from labkit.judge.accounting import account, steady_window_of
+from labkit.judge.evidence import MIN_GAIN
 from labkit.stats.stages import trace_span
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -48,6 +49,9 @@ def test_judgement_invariants_hold_on_every_report(path):
         if len(a):
             acc = account(rep, window=a.attrs["window"])
             assert ("gpu_bound" in rules) <= (acc.limiter == "gpu")
+            assert 0 <= acc.oversubscribed_ms <= acc.window_ms + 1e-6
+            for _, r in a[a["basis"] == "bound"].iterrows():  # no bound from times that waited for a core
+                assert acc.oversubscribed_ms <= (1 - 1 / MIN_GAIN) * r["window_ms"] / r["predicted_speedup"], r["rule"]
             for _, r in a[a["rule"] == "gpu_bound"].iterrows():  # faster kernels leave the copy engines their time
                 left = acc.copy_ms / (4 if r["lever"] == "reduce_precision" else 1)
                 if left > 0:

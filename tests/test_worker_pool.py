@@ -47,15 +47,22 @@ def test_the_pool_threads_are_helpers_and_their_time_goes_with_infer(rep):
 
 
 @pytest.mark.nsys
-def test_a_cheaper_infer_bound_is_a_bound_on_what_int8_measured(run):
+def test_a_cheaper_infer_predicts_what_int8_measured_and_is_no_bound_where_cores_were_short(run):
     """In run 2 a pool thread's own time was within 10 % of the main thread's, and the model called the
-    run balanced (no finding at all) until a pool's time inside a stage counted as that stage's."""
+    run balanced (no finding at all) until a pool's time inside a stage counted as that stage's. The
+    finding predicts at least what INT8 measured. It is no bound: the pool's threads, the main thread
+    and the decoder were ready to run at once on the VM's two cores for much of the window, and times
+    measured while threads wait for a core shrink when a change frees one."""
+    from labkit.judge.accounting import account
+
     rep, high = run
     a = labkit.advise(rep, warmup=WARMUP)
-    bound = a[(a["rule"] == "dominant_stage") & (a["stage"] == "infer")]
-    assert len(bound) == 1 and bound["basis"].iloc[0] == "bound"
-    assert float(bound["predicted_speedup"].iloc[0]) >= high
-    assert "worker pool" in bound["assumptions"].iloc[0]
+    found = a[(a["rule"] == "dominant_stage") & (a["stage"] == "infer")]
+    assert len(found) == 1 and float(found["predicted_speedup"].iloc[0]) >= high
+    assert "worker pool" in found["assumptions"].iloc[0]
+    acc = account(rep, window=a.attrs["window"])
+    assert acc.cores == 2 and acc.oversubscribed_ms > 0.2 * acc.window_ms, (acc.oversubscribed_ms, acc.window_ms)
+    assert found["basis"].iloc[0] == "estimate" and "2 cores" in found["assumptions"].iloc[0]
     # and no finding exceeds its own Amdahl limit
     w = a["window_ms"].astype(float)
     assert (a["predicted_speedup"] <= w / (w - a["saves_ms"]) * (1 + 1e-9)).all()

@@ -12,6 +12,13 @@ Per thread, over the window (clipped to the thread's first and last traced event
 - ``busy_ms``: work and CUDA calls; for a thread with no NVTX range at all, everything not blocked
   (its untraced time may be compute: nothing says otherwise), and ``busy_basis`` says which.
 
+Per run: ``oversubscribed_ms``, the time more threads were ready to run (in their extent, not
+blocked; the CUDA driver's and the profiler's own threads apart) than the profiled machine had cores
+(``CpuCores`` in the report). Times measured then include waits for a core, which a change that
+frees a core takes away too: a prediction read from them is no bound (:func:`labkit.advise` says
+so). Zero where the report traced no OS runtime calls (an untraced wait reads as running) or does
+not give its cores.
+
 Per GPU: SM busy (kernels, graphs), copy-engine busy by direction, kept apart. The *limiter* is the
 resource busiest in the window: a thread (its busy share), the GPU's SMs or its copy engines; the
 GPU is named only when its SMs were busier than every thread (a thread in a synchronous copy is
@@ -30,7 +37,7 @@ import pandas as pd
 
 from labkit.report.cpu import osrt_calls
 from labkit.stats.blocked import blocked_intervals
-from labkit.stats.calls import work_ranges
+from labkit.stats.calls import osrt_traced, runtime_threads, work_ranges
 from labkit.stats.idle import busy_in, busy_intervals, engine_busy, launch_calls
 from labkit.stats.stages import domains, trace_span
 
@@ -126,6 +133,8 @@ class Accounting:
     sm_ms: float
     copy_ms: float
     copies: pd.DataFrame = field(default_factory=pd.DataFrame)
+    cores: int | None = None
+    oversubscribed_ms: float = 0.0
 
     @property
     def window_ms(self) -> float:
@@ -202,6 +211,10 @@ def account(rep, *, window: tuple[int, int] | None = None, steady: bool = True) 
                                                                                        "end_ns"])
     allev = allev[(allev["end_ns"] > w0) & (allev["start_ns"] < w1)]
     names = thread_names(rep)
+    cores = rep.meta.get("cpu_cores")
+    crowd = cores if cores and osrt_traced(rep) else None  # else who was ready to run is unknown
+    runtime = runtime_threads(rep) if crowd else set()
+    ready: list[tuple[np.ndarray, np.ndarray]] = []
     rows = []
     for g, ev in allev.groupby("global_tid", sort=False):
         g = int(g)
@@ -209,6 +222,8 @@ def account(rep, *, window: tuple[int, int] | None = None, steady: bool = True) 
         if x1 <= x0:
             continue
         b = _clip(*blocked.get(g, (np.array([], np.int64), np.array([], np.int64))), x0, x1)
+        if crowd and g not in runtime:  # ready to run: its extent less its blocked time
+            ready.append((np.r_[x0, b[1]], np.r_[b[0], x1]))
         wr = work[work["global_tid"] == g] if len(work) else work
         w = busy_intervals(*_clip(wr["start_ns"].to_numpy(np.int64), wr["end_ns"].to_numpy(np.int64), x0, x1)) \
             if len(wr) else (np.array([], np.int64), np.array([], np.int64))
@@ -236,7 +251,22 @@ def account(rep, *, window: tuple[int, int] | None = None, steady: bool = True) 
     return Accounting(window=(w0, w1), why=why, threads=threads,
                       sm_ms=busy_in(sm, se, w0, w1) / 1e6 if len(sm) else 0.0,
                       copy_ms=busy_in(cs, ce, w0, w1) / 1e6 if len(cs) else 0.0,
-                      copies=_copies(rep, w0, w1))
+                      copies=_copies(rep, w0, w1), cores=int(cores) if cores else None,
+                      oversubscribed_ms=_over(ready, crowd) / 1e6 if crowd else 0.0)
+
+
+def _over(ready: list[tuple[np.ndarray, np.ndarray]], cores: int) -> int:
+    """ns during which more of the intervals ``ready`` (one list per thread) overlap than ``cores``."""
+    if not ready:
+        return 0
+    s = np.concatenate([r[0] for r in ready])
+    e = np.concatenate([r[1] for r in ready])
+    keep = e > s
+    t = np.r_[s[keep], e[keep]]
+    step = np.r_[np.ones(int(keep.sum()), np.int64), -np.ones(int(keep.sum()), np.int64)]
+    order = np.lexsort((step, t))  # at one instant, ends before starts
+    t, n = t[order], np.cumsum(step[order])
+    return int(np.sum(np.diff(t)[n[:-1] > cores])) if len(t) > 1 else 0
 
 
 def thread_label(name: pd.Series, tid: pd.Series) -> np.ndarray:

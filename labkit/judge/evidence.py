@@ -6,7 +6,10 @@ The model behind a prediction. A run takes at least as long as any one of its th
 remaining work, and no less than its kernels keep the SMs busy. A finding that removes time a
 thread spent waiting (in a sync, a blocking copy, a launch) predicts wall over the larger of that
 thread's span minus the time removed and the SMs' busy time: a true upper bound ("bound") under
-the assumption that everything else keeps its measured time. Findings about stages move stage
+the assumption that everything else keeps its measured time. That assumption fails where more
+threads were ready to run than the machine had cores (their times then include waits for a core,
+which a change that frees one takes away too): there a bound becomes an estimate
+(:attr:`labkit.judge.accounting.Accounting.oversubscribed_ms`). Findings about stages move stage
 time between threads or remove it; stage times were measured under the run's own contention for
 cores and change when the run changes, so those predictions are estimates ("estimate").
 """

@@ -39,7 +39,7 @@ def _items_per_range(nv: pd.DataFrame) -> np.ndarray:
 
 
 def _in_flagged(nv: pd.DataFrame, flag: np.ndarray) -> np.ndarray:
-    """True for rows that are ``flag``\ ged or nested, at any depth, in a flagged range."""
+    """True for rows that are flagged (``flag``) or nested, at any depth, in a flagged range."""
     out = flag.copy()
     parent = nv["parent"].to_numpy()
     for _ in range(int(nv["depth"].max()) if len(nv) else 0):  # one level per pass, vectorized
