@@ -123,6 +123,8 @@ _ALL = [
     Program("checkpoint", "checkpoint.py", ("cheaper_stage",), "checkpoint", 2.5),
     Program("threads_over_cores", "threads_over_cores.py", ("cheaper_stage",), "infer", 2.0,
             limiter=("prepare", "infer")),
+    Program("loader_process", "loader_process.py", ("cheaper_stage",), "forward", 1.25,
+            limiter=("forward", "backward")),
     Program("balanced", "balanced.py", (), None, 1.0),
     Program("startup_heavy", "startup_heavy.py", ("overlap_stages",), "load", 1.7, limiter=("load", "step")),
     Program("gpu_pageable", "gpu_pageable.py", ("pin_memory",), None, 2.0, gpu=True),

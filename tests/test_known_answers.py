@@ -492,6 +492,28 @@ def test_threads_ready_beyond_the_cores_make_a_cheaper_stage_an_estimate(tmp_pat
 
 
 @pytest.mark.nsys
+def test_a_loader_process_works_on_its_own_not_for_the_stage_it_overlaps(tmp_path):
+    """loader_process: a spawned loader without ranges prepares items (20 ms each) while the main
+    process runs 'forward' (15 ms) and 'backward' (10 ms). The loader's time inside forward's ranges is
+    no work of forward's (it is another process, not a pool inside the call), so a free 'forward'
+    leaves the loader its time and predicts what it then limits to (25/20 = 1.25x by construction),
+    where counting it with forward had said 2.56x."""
+    from labkit.judge.whatif import WhatIf
+
+    rep = ka.profile("loader_process", tmp_path)
+    a = labkit.advise(rep)
+    m = WhatIf(rep, a.attrs["window"], a.attrs["stages"])
+    main = int(rep.nvtx.loc[rep.nvtx["name"] == "forward", "global_tid"].iloc[0])
+    own = m.threads.set_index("tid")["own_ms"]
+    span = (m.window[1] - m.window[0]) / 1e6
+    loader = [h for h in m.helpers if (h >> 24) != (main >> 24) and own[h] > 0.5 * span]
+    assert len(loader) == 1, m.threads  # the loader works most of the window
+    assert not set(loader) & set(m.helper_ms(main, ["forward"]))
+    fix = ka.fix_finding(ka.PROGRAMS["loader_process"], a)
+    assert fix is not None and 1.05 < fix["predicted_speedup"] < 1.6, a[["rule", "stage", "predicted_speedup"]]
+
+
+@pytest.mark.nsys
 def test_a_repeated_range_without_the_mark_is_a_stage_and_the_window_holds_whole_periods(tmp_path):
     """checkpoint's steps carry labkit's items mark and its checkpoint (every tenth step) does not: the
     checkpoint is a stage too, and the steady window, set by the checkpoints (the most time), runs

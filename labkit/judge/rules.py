@@ -20,8 +20,9 @@ STAGE_TIMES = ("stage times were measured under the run's own contention for cor
 # ----------------------------------------------------------------------------- stages
 # Stage findings read the what-if model (labkit.judge.whatif): each predicts the model's run length
 # before over after its change, so a change to a thread that does not limit the run predicts nothing.
-HELPERS = ("a thread without ranges of its own (a library's worker pool) works for the stage whose ranges it "
-           "overlaps, and its time there changes with that stage's (its reads, polls and sleeps are waits for work)")
+HELPERS = ("a thread without ranges of its own in the stage's process (a library's worker pool) works for the stage "
+           "whose ranges it overlaps, and its time there changes with that stage's (its reads, polls and sleeps are "
+           "waits for work); one in another process (a data loader's worker) keeps its time")
 """The what-if model's assumption about unannotated threads (labkit.judge.whatif.WhatIf.helpers)."""
 POOLS = ("threads of one process that run the same stages at once (a pool taking items from one queue) share "
          "their work evenly")

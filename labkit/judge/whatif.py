@@ -18,8 +18,11 @@ largest own time of any thread, no shorter than the SMs' or the copy engines' bu
 stages moved to new threads); with no change it is exactly 1. The model's assumptions, said with
 every finding: every other thread and engine keeps its measured time; the threads' CPU time
 shares the profiled machine's cores (``CpuCores`` in the report), so a change off the limiting
-thread still pays where the cores were full; a thread without ranges of its own (a library's worker
-pool) works for the stages whose ranges it overlaps, and its time there changes with theirs;
+thread still pays where the cores were full; a thread without ranges of its own in a stage's process
+(a library's worker pool) works for the stages whose ranges it overlaps, and its time there changes
+with theirs (one in another process, a data loader's worker, works on its own: a loader process
+preparing items 20 ms each while the main process's 'forward' ran had read as forward's work, and a
+free 'forward' as 2.56x where the loader then limits at 1.25x, tests/programs/known/loader_process.py);
 threads that run the same stages (a pool taking items from one queue) share their work evenly after
 a change. Both lengths are also no shorter than the critical path's (:mod:`labkit.judge.critical`).
 """
@@ -37,6 +40,11 @@ from labkit.stats.idle import busy_intervals, union_of
 from labkit.stats.stages import stage_labels
 
 __all__ = ["WhatIf", "IN_FLIGHT"]
+
+
+def _pid(global_tid: int) -> int:
+    """The process of a thread, from nsys's global thread id (its bits 24-47)."""
+    return (int(global_tid) >> 24) & 0xFFFFFF
 
 POOL_AT_ONCE = 1.1
 """Threads that run the same stages share their work as a pool only where they run their main stage
@@ -75,8 +83,8 @@ class WhatIf(CriticalPath):
         stages: tid, thread, stage, own_ms, latency_ms (self time of the stage's ranges on that thread).
         floor_ms: the SMs' and the copy engines' busy time, the least any change leaves.
         helpers: threads with traced events but no work ranges of their own, such as a library's worker
-            pool (OpenMP, ONNX Runtime's intra-op threads): their time inside a stage's ranges is counted
-            as that stage's work, so it shrinks when the stage does (:meth:`helped`).
+            pool (OpenMP, ONNX Runtime's intra-op threads): their time inside the ranges of a stage of their
+            own process is counted as that stage's work, so it shrinks when the stage does (:meth:`helped`).
     """
 
     def __init__(self, rep, window: tuple[int, int], stages, *, sm_ms: float = 0.0, copy_ms: float = 0.0):
@@ -297,7 +305,8 @@ class WhatIf(CriticalPath):
             r = self._ranges
             if len(r):
                 r = r[(r["global_tid"] == key[0]) & (r["label"].isin(key[1]) | r["name"].isin(key[1]))]
-            self._helper_ms[key] = {h: ms for h, ms in self._inside_ms(r).items() if ms > 0}
+            same = {h for h in self.helpers if _pid(h) == _pid(key[0])}  # a pool works in its caller's process
+            self._helper_ms[key] = {h: ms for h, ms in self._inside_ms(r).items() if ms > 0 and h in same}
         return self._helper_ms[key]
 
     def helped(self, removed: dict[int, float], stages) -> dict[int, float]:
