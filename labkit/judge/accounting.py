@@ -38,7 +38,7 @@ import pandas as pd
 from labkit.report.cpu import osrt_calls
 from labkit.stats.blocked import blocked_intervals
 from labkit.stats.calls import osrt_traced, runtime_threads, work_ranges
-from labkit.stats.idle import busy_in, busy_intervals, engine_busy, launch_calls
+from labkit.stats.idle import busy_in, busy_intervals, depth, engine_busy, launch_calls
 from labkit.stats.stages import domains, trace_span
 
 __all__ = ["Accounting", "account", "chosen_window", "steady_window_of", "THREAD_COLUMNS", "WARMUP_SHARE", "MAX_WARMUP"]
@@ -262,11 +262,8 @@ def _over(ready: list[tuple[np.ndarray, np.ndarray]], cores: int) -> int:
     s = np.concatenate([r[0] for r in ready])
     e = np.concatenate([r[1] for r in ready])
     keep = e > s
-    t = np.r_[s[keep], e[keep]]
-    step = np.r_[np.ones(int(keep.sum()), np.int64), -np.ones(int(keep.sum()), np.int64)]
-    order = np.lexsort((step, t))  # at one instant, ends before starts
-    t, n = t[order], np.cumsum(step[order])
-    return int(np.sum(np.diff(t)[n[:-1] > cores])) if len(t) > 1 else 0
+    dt, n = depth(s[keep], e[keep])
+    return int(np.sum(dt[n > cores]))
 
 
 def thread_label(name: pd.Series, tid: pd.Series) -> np.ndarray:

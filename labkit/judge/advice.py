@@ -230,7 +230,7 @@ def _amdahl(r: dict, ev: Evidence) -> None:
 def _short_of_cores(r: dict, ev: Evidence) -> None:
     """A bound read from times measured while threads waited for a core is none: a change that frees a
     core takes those waits away as well (four threads started per batch on two cores,
-    tests/programs/known/batch_threads.py: the main thread's thread starts slowed by the running
+    tests/programs/known/threads_over_cores.py: the main thread's thread starts slowed by the running
     workers, a 2.06x 'bound' against 2.26x measured). The bound stands while the run's time with more
     threads ready than cores (:attr:`~labkit.judge.accounting.Accounting.oversubscribed_ms`), were all
     of it gone from the run after the change, could not move it past the noise (:data:`MIN_GAIN`);

@@ -34,17 +34,13 @@ import pandas as pd
 from labkit.judge.accounting import thread_names
 from labkit.judge.critical import CriticalPath
 from labkit.report.cpu import osrt_calls
+from labkit.report.reader import pid_of
 from labkit.stats.blocked import blocked_in, blocked_intervals
 from labkit.stats.calls import is_wait, osrt_traced, runtime_threads, work_ranges
 from labkit.stats.idle import busy_intervals, union_of
 from labkit.stats.stages import stage_labels
 
 __all__ = ["WhatIf", "IN_FLIGHT"]
-
-
-def _pid(global_tid: int) -> int:
-    """The process of a thread, from nsys's global thread id (its bits 24-47)."""
-    return (int(global_tid) >> 24) & 0xFFFFFF
 
 POOL_AT_ONCE = 1.1
 """Threads that run the same stages share their work as a pool only where they run their main stage
@@ -233,7 +229,7 @@ class WhatIf(CriticalPath):
                 self._pools = []
             else:
                 kind = st.groupby("tid")["stage"].agg(lambda x: tuple(sorted(set(map(str, x)))))
-                process = pd.Series((kind.index.to_numpy(np.int64) >> 24) & 0xFFFFFF, index=kind.index)
+                process = pd.Series(pid_of(kind.index.to_numpy(np.int64)), index=kind.index)
                 self._pools = [sorted(int(t) for t in g.index) for _, g in kind.groupby([process, kind], sort=False)
                                if len(g) > 1 and self._at_once([int(t) for t in g.index])]
         return self._pools
@@ -305,7 +301,7 @@ class WhatIf(CriticalPath):
             r = self._ranges
             if len(r):
                 r = r[(r["global_tid"] == key[0]) & (r["label"].isin(key[1]) | r["name"].isin(key[1]))]
-            same = {h for h in self.helpers if _pid(h) == _pid(key[0])}  # a pool works in its caller's process
+            same = {h for h in self.helpers if pid_of(h) == pid_of(key[0])}  # a pool works in its caller's process
             self._helper_ms[key] = {h: ms for h, ms in self._inside_ms(r).items() if ms > 0 and h in same}
         return self._helper_ms[key]
 

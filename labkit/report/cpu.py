@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from labkit.report.reader import _TID_MASK, OFFCPU_COLUMNS, OSRT_COLUMNS, _Db, _empty, _lookup, _names
+from labkit.report.reader import _TID_MASK, OFFCPU_COLUMNS, OSRT_COLUMNS, _Db, _empty, _lookup, _names, pid_of
 
 __all__ = ["read_threads", "profiled_pids", "read_osrt", "read_offcpu"]
 
@@ -19,7 +19,7 @@ def read_threads(db: _Db, strings: np.ndarray) -> pd.DataFrame:
     df = df.drop_duplicates("global_tid", keep="last").reset_index(drop=True)
     g = df["global_tid"].to_numpy()
     df.insert(1, "tid", g & _TID_MASK)
-    df.insert(2, "pid", (g >> 24) & _TID_MASK)
+    df.insert(2, "pid", pid_of(g))
     return df
 
 
@@ -57,7 +57,7 @@ def read_osrt(db: _Db, strings: np.ndarray) -> pd.DataFrame:
     c = db.cols(t, ["start", "end", "globalTid", "nameId", "returnValue", "eventClass"])
     g = c["globalTid"]
     return pd.DataFrame({
-        "name": _names(strings, c["nameId"]), "tid": g & _TID_MASK, "pid": (g >> 24) & _TID_MASK,
+        "name": _names(strings, c["nameId"]), "tid": g & _TID_MASK, "pid": pid_of(g),
         "global_tid": g, "start_ns": c["start"], "end_ns": c["end"], "duration_ns": c["end"] - c["start"],
         "return_value": c["returnValue"], "event_class": c["eventClass"], "name_id": c["nameId"],
     })
@@ -78,6 +78,6 @@ def read_offcpu(db: _Db) -> pd.DataFrame:
     out = ev[(ev["into"] == 0) & (nxt["into"] == 1)]
     end = nxt.loc[out.index, "t"].astype("int64")
     g = out["g"].to_numpy(np.int64)
-    return pd.DataFrame({"tid": g & _TID_MASK, "pid": (g >> 24) & _TID_MASK, "global_tid": g,
+    return pd.DataFrame({"tid": g & _TID_MASK, "pid": pid_of(g), "global_tid": g,
                          "start_ns": out["t"].to_numpy(np.int64), "end_ns": end.to_numpy(np.int64),
                          "duration_ns": end.to_numpy(np.int64) - out["t"].to_numpy(np.int64)}).reset_index(drop=True)

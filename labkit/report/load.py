@@ -19,9 +19,9 @@ from labkit.record.nsys import TRACE
 from labkit.report.reader import (_TID_MASK, CUDA_API_COLUMNS, GRAPH_COLUMNS, GRAPH_TABLE, KERNEL_COLUMNS,
                                   MEMCPY_COLUMNS, MEMSET_COLUMNS, NVTX_COLUMNS, OFFCPU_COLUMNS, OSRT_COLUMNS,
                                   PROJECTION_COLUMNS,
-                                  SUMMARY_COLUMNS, SYNC_COLUMNS, ReportError, _Db, _empty, _pid, _read_cuda_api,
+                                  SUMMARY_COLUMNS, SYNC_COLUMNS, ReportError, _Db, _empty, _read_cuda_api,
                                   _read_gpu, _read_graphs, _read_kernels, _read_memcpy, _read_memset,
-                                  _read_sync, read_strings)
+                                  _read_sync, pid_of, read_strings)
 from labkit.report.columnar import Columnar
 from labkit.report.meta import _read_meta
 from labkit.report.cpu import profiled_pids, read_offcpu, read_osrt, read_threads
@@ -251,7 +251,7 @@ class Report:
                 want = ["start", "end", "correlationId"] + ([] if single_pid is not None else ["globalPid"])
                 c = self._db.cols(table, want)
                 pid = np.full(len(c["start"]), single_pid, dtype=np.int64) if single_pid is not None \
-                    else _pid(c["globalPid"])
+                    else pid_of(c["globalPid"])
                 parts.append({"start_ns": c["start"], "end_ns": c["end"], "correlation_id": c["correlationId"],
                               "pid": pid})
         return {c: np.concatenate([np.asarray(p[c], dtype=np.int64) for p in parts])
@@ -275,7 +275,7 @@ class Report:
             return {c: np.empty(0, dtype=np.int64) for c in cols}
         c = self._db.cols(t, ["start", "end", "globalTid", "correlationId"])
         g = c["globalTid"]
-        return {"start_ns": c["start"], "end_ns": c["end"], "global_tid": g, "pid": (g >> 24) & _TID_MASK,
+        return {"start_ns": c["start"], "end_ns": c["end"], "global_tid": g, "pid": pid_of(g),
                 "correlation_id": c["correlationId"]}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from labkit.report.reader import _TID_MASK, NVTX_COLUMNS, _Db, _empty, _lookup, parse_ints
+from labkit.report.reader import _TID_MASK, NVTX_COLUMNS, _Db, _empty, _lookup, parse_ints, pid_of
 
 __all__ = ["read_nvtx", "nvtx_frame_empty", "range_durations"]
 
@@ -43,7 +43,7 @@ def _domain_names(db: _Db, types: dict, rows: list | None = None) -> dict:
     if not db.has("NVTX_EVENTS", "domainId", "globalTid", "text"):
         return {}
     rows = db.scalar_rows(_domain_sql(types)) if rows is None else rows
-    return {(int(d), (int(g) >> 24) & _TID_MASK): s for d, g, s in rows if d is not None and g is not None}
+    return {(int(d), pid_of(int(g))): s for d, g, s in rows if d is not None and g is not None}
 
 
 def _domain_sql(types: dict) -> str:
@@ -59,7 +59,7 @@ def _category_names(db: _Db, types: dict) -> dict:
     text = "coalesce(text, (SELECT value FROM StringIds WHERE id = textId))" if "textId" in cols else "text"
     rows = db.scalar_rows(f"SELECT coalesce(domainId, 0), category, globalTid, {text} FROM NVTX_EVENTS "
                           f"WHERE eventType IN ({types['NvtxCategory']}, {types['NvtxtCategory']})")
-    return {(int(d), int(c), (int(g) >> 24) & _TID_MASK): s for d, c, g, s in rows
+    return {(int(d), int(c), pid_of(int(g))): s for d, c, g, s in rows
             if c is not None and g is not None and s is not None}
 
 
@@ -231,7 +231,7 @@ def read_nvtx(db: _Db, strings: np.ndarray, thread_names: dict, notes: list) -> 
     domain = np.full(n, "", dtype=object)
     dmap = _domain_names(db, types)
     if dmap:
-        pid = (c["gtid"] >> 24) & _TID_MASK
+        pid = pid_of(c["gtid"])
         keys = pd.MultiIndex.from_arrays([c["domain_id"], pid])
         ser = pd.Series(list(dmap.values()), index=pd.MultiIndex.from_tuples(list(dmap.keys())), dtype=object)
         domain = np.array(ser.reindex(keys).to_numpy(dtype=object), dtype=object)  # a writable copy (pandas 3: read-only view)
@@ -241,7 +241,7 @@ def read_nvtx(db: _Db, strings: np.ndarray, thread_names: dict, notes: list) -> 
     cat_name = np.full(n, "", dtype=object)
     cmap = _category_names(db, types)
     if cmap:
-        pid = (c["gtid"] >> 24) & _TID_MASK
+        pid = pid_of(c["gtid"])
         dom_id = np.where(c["domain_id"] < 0, 0, c["domain_id"])
         cat_name = np.array([cmap.get((int(d), int(k), int(p)), "") for d, k, p in zip(dom_id, c["category"], pid)],
                             dtype=object)
@@ -287,7 +287,7 @@ def read_nvtx(db: _Db, strings: np.ndarray, thread_names: dict, notes: list) -> 
 
     df = pd.DataFrame({
         "name": name, "domain": domain, "start_ns": start, "end_ns": end, "duration_ns": end - start,
-        "tid": gtid & _TID_MASK, "pid": (gtid >> 24) & _TID_MASK, "global_tid": gtid,
+        "tid": gtid & _TID_MASK, "pid": pid_of(gtid), "global_tid": gtid,
         "thread_name": tname, "depth": np.zeros(n, dtype=np.int64), "parent": np.full(n, -1, dtype=np.int64),
         "kind": kind, "payload": payload_s, "color": color, "category": c["category"],
         "category_name": cat_name, "ended": ended,

@@ -33,6 +33,7 @@ __all__ = [
     "OSRT_COLUMNS",
     "SUMMARY_COLUMNS",
     "PROJECTION_COLUMNS",
+    "pid_of",
 ]
 
 
@@ -345,8 +346,9 @@ def read_strings(db: _Db) -> np.ndarray:
     return strings
 
 
-def _pid(global_pid: np.ndarray) -> np.ndarray:
-    return (global_pid >> 24) & _TID_MASK
+def pid_of(global_tid):
+    """The process id in nsys's global thread (or process) id: its bits 24-47 (an int or an array)."""
+    return (global_tid >> 24) & _TID_MASK
 
 
 def _names(strings: np.ndarray, ids: np.ndarray) -> pd.Categorical | np.ndarray:
@@ -376,7 +378,7 @@ def _read_kernels(db: _Db, strings: np.ndarray) -> pd.DataFrame:
         "grid_x": c["gridX"], "grid_y": c["gridY"], "grid_z": c["gridZ"],
         "block_x": c["blockX"], "block_y": c["blockY"], "block_z": c["blockZ"],
         "start_ns": c["start"], "end_ns": c["end"], "duration_ns": c["end"] - c["start"],
-        "pid": _pid(c["globalPid"]),
+        "pid": pid_of(c["globalPid"]),
     })
 
 
@@ -397,7 +399,7 @@ def _read_memcpy(db: _Db) -> pd.DataFrame:
         "pageable": (src == "Pageable") | (dst == "Pageable"), "pinned": (src == "Pinned") | (dst == "Pinned"),
         "device_id": c["deviceId"], "context_id": c["contextId"], "stream_id": c["streamId"],
         "correlation_id": c["correlationId"], "start_ns": c["start"], "end_ns": c["end"],
-        "duration_ns": c["end"] - c["start"], "pid": _pid(c["globalPid"]),
+        "duration_ns": c["end"] - c["start"], "pid": pid_of(c["globalPid"]),
     })
 
 
@@ -412,7 +414,7 @@ def _read_memset(db: _Db) -> pd.DataFrame:
         "name": np.full(len(c["start"]), "[CUDA memset]", dtype=object), "bytes": c["bytes"],
         "mem_kind": _map_codes(c["memKind"], memk), "device_id": c["deviceId"], "context_id": c["contextId"],
         "stream_id": c["streamId"], "correlation_id": c["correlationId"], "start_ns": c["start"],
-        "end_ns": c["end"], "duration_ns": c["end"] - c["start"], "pid": _pid(c["globalPid"]),
+        "end_ns": c["end"], "duration_ns": c["end"] - c["start"], "pid": pid_of(c["globalPid"]),
     })
 
 
@@ -436,7 +438,7 @@ def _read_cuda_api(db: _Db, strings: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame({
         "name": pd.Categorical.from_codes(codes.astype(np.int32), categories=cat_names),
         "nsys_name": raw.to_numpy()[inv] if len(inv) else np.array([], dtype=object),
-        "tid": g & _TID_MASK, "pid": (g >> 24) & _TID_MASK,
+        "tid": g & _TID_MASK, "pid": pid_of(g),
         "global_tid": g, "correlation_id": c["correlationId"], "start_ns": c["start"], "end_ns": c["end"],
         "duration_ns": c["end"] - c["start"], "return_value": c["returnValue"],
     })
@@ -451,7 +453,7 @@ def _read_sync(db: _Db) -> pd.DataFrame:
     return pd.DataFrame({
         "kind": _map_codes(c["syncType"], kinds), "device_id": c["deviceId"], "context_id": c["contextId"],
         "stream_id": c["streamId"], "correlation_id": c["correlationId"], "start_ns": c["start"],
-        "end_ns": c["end"], "duration_ns": c["end"] - c["start"], "pid": _pid(c["globalPid"]),
+        "end_ns": c["end"], "duration_ns": c["end"] - c["start"], "pid": pid_of(c["globalPid"]),
     })
 
 
@@ -467,7 +469,7 @@ def _read_graphs(db: _Db) -> pd.DataFrame:
     return pd.DataFrame({
         "name": names, "graph_id": c["graphId"], "device_id": c["deviceId"], "context_id": c["contextId"],
         "stream_id": c["streamId"], "correlation_id": c["correlationId"], "start_ns": c["start"], "end_ns": c["end"],
-        "duration_ns": c["end"] - c["start"], "pid": _pid(c["globalPid"]),
+        "duration_ns": c["end"] - c["start"], "pid": pid_of(c["globalPid"]),
     })
 
 

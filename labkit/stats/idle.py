@@ -16,7 +16,7 @@ import pandas as pd
 
 from labkit.report.window import restrict, windowed
 
-__all__ = ["Intervals", "busy_intervals", "covered_before", "union_of", "gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown", "SYNC_CALLS", "SM_KINDS",
+__all__ = ["Intervals", "busy_intervals", "covered_before", "depth", "union_of", "gpu_utilization", "gpu_idle_gaps", "gpu_idle_breakdown", "SYNC_CALLS", "SM_KINDS",
            "COPY_KINDS", "sync_calls", "copy_calls", "launch_calls"]
 
 SM_KINDS = ("kernel", "graph")
@@ -103,6 +103,17 @@ def covered_before(iv: Intervals, t: np.ndarray) -> np.ndarray:
     last = np.maximum(i - 1, 0)
     inside = (i > 0) & (t < e[last])
     return before - np.where(inside, e[last] - t, 0)
+
+
+def depth(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The time line of the intervals ``s``-``e`` (any order, overlapping) cut wherever one starts or
+    ends: (each piece's length in ns, how many intervals cover it). At one instant an end comes
+    before a start."""
+    t = np.concatenate([s, e])
+    step = np.concatenate([np.ones(len(s), dtype=np.int64), -np.ones(len(e), dtype=np.int64)])
+    order = np.lexsort((step, t))
+    t, running = t[order], np.cumsum(step[order])[:-1]
+    return np.diff(t), running
 
 
 def busy_before(ms: np.ndarray, me: np.ndarray, t: np.ndarray) -> np.ndarray:

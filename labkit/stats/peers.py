@@ -9,6 +9,7 @@ import pandas as pd
 
 from labkit.stats.calls import (LATENCY_OSRT, LOCK_OSRT, RELEASING_OSRT, SLEEP_OSRT, blocking_osrt,
                                 runtime_threads, work_ranges)
+from labkit.report.reader import pid_of
 from labkit.stats.idle import Intervals, busy_intervals, covered_before
 
 __all__ = ["POLL_P", "READ_SLACK_NS", "peer_gaps", "peer_polls", "peer_reads"]
@@ -274,7 +275,7 @@ def peer_gaps(rep) -> dict[int, Intervals]:
         gaps[int(g)] = _gaps(d, locks[locks["global_tid"] == g] if len(locks) else locks,
                              int(mine["start_ns"].min()), int(mine["end_ns"].max()))
     stages = r.groupby("global_tid")["name"].agg(lambda n: tuple(sorted(set(map(str, n)))))
-    process = pd.Series((stages.index.to_numpy(np.int64) >> 24) & 0xFFFFFF, index=stages.index)
+    process = pd.Series(pid_of(stages.index.to_numpy(np.int64)), index=stages.index)
     out = {}
     for _, pool in stages.groupby([process, stages], sort=False):
         tids = [int(g) for g in pool.index if int(g) in gaps and len(gaps[int(g)][0])]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from labkit.stats.idle import busy_intervals, gpu_idle_breakdown, gpu_idle_gaps, gpu_utilization
+from labkit.stats.idle import busy_intervals, depth, gpu_idle_breakdown, gpu_idle_gaps, gpu_utilization
 from labkit.stats.blocked import blocked_in, blocked_intervals
 from labkit.stats.calls import is_wait
 from labkit.stats.summaries import gpu_projection
@@ -315,11 +315,7 @@ def stage_overlap(rep, stages, *, warmup: int = 0) -> dict:
     r = _stage_rows(rep, stages, warmup)
     if len(r) == 0:
         return {"busy_ms": 0.0, "stage_ms": 0.0, "concurrency": float("nan"), "overlap_frac": float("nan")}
-    t = np.concatenate([r["start_ns"].to_numpy(), r["end_ns"].to_numpy()])
-    step = np.concatenate([np.ones(len(r), dtype=np.int64), -np.ones(len(r), dtype=np.int64)])
-    order = np.lexsort((step, t))  # at equal times an end comes before a start
-    t, running = t[order], np.cumsum(step[order])[:-1]
-    dt = np.diff(t)
+    dt, running = depth(r["start_ns"].to_numpy(), r["end_ns"].to_numpy())
     busy, two = float(dt[running >= 1].sum()), float(dt[running >= 2].sum())
     total = float((r["end_ns"] - r["start_ns"]).sum())
     nan = float("nan")
