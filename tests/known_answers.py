@@ -125,6 +125,7 @@ _ALL = [
             limiter=("prepare", "infer")),
     Program("loader_process", "loader_process.py", ("cheaper_stage",), "forward", 1.25,
             limiter=("forward", "backward")),
+    Program("lone_stage", "lone_stage.py", ("cheaper_stage",), "consume", 1.5),
     Program("balanced", "balanced.py", (), None, 1.0),
     Program("startup_heavy", "startup_heavy.py", ("overlap_stages",), "load", 1.7, limiter=("load", "step")),
     Program("gpu_pageable", "gpu_pageable.py", ("pin_memory",), None, 2.0, gpu=True),

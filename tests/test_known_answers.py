@@ -491,6 +491,23 @@ def test_threads_ready_beyond_the_cores_make_a_cheaper_stage_an_estimate(tmp_pat
         assert fix["basis"] == "bound", (acc.oversubscribed_ms, fix)
 
 
+def _with_loader(program: str, stage: str, tmp_path):
+    """A program fed by a loader process (``_known.loaded``), profiled: its advice, its what-if model,
+    the main thread (the one running ``stage``) and the loader's thread, which works most of the window."""
+    from labkit.judge.whatif import WhatIf
+    from labkit.report.reader import pid_of
+
+    rep = ka.profile(program, tmp_path)
+    a = labkit.advise(rep)
+    m = WhatIf(rep, a.attrs["window"], a.attrs["stages"])
+    main = int(rep.nvtx.loc[rep.nvtx["name"] == stage, "global_tid"].iloc[0])
+    own = m.threads.set_index("tid")["own_ms"]
+    span = (m.window[1] - m.window[0]) / 1e6
+    loader = [h for h in m.helpers if pid_of(h) != pid_of(main) and own[h] > 0.5 * span]
+    assert len(loader) == 1, m.threads
+    return a, m, main, loader[0]
+
+
 @pytest.mark.nsys
 def test_a_loader_process_works_on_its_own_not_for_the_stage_it_overlaps(tmp_path):
     """loader_process: a spawned loader without ranges prepares items (20 ms each) while the main
@@ -498,17 +515,8 @@ def test_a_loader_process_works_on_its_own_not_for_the_stage_it_overlaps(tmp_pat
     no work of forward's (it is another process, not a pool inside the call), so a free 'forward'
     leaves the loader its time and predicts what it then limits to (25/20 = 1.25x by construction),
     where counting it with forward had said 2.56x."""
-    from labkit.judge.whatif import WhatIf
-
-    rep = ka.profile("loader_process", tmp_path)
-    a = labkit.advise(rep)
-    m = WhatIf(rep, a.attrs["window"], a.attrs["stages"])
-    main = int(rep.nvtx.loc[rep.nvtx["name"] == "forward", "global_tid"].iloc[0])
-    own = m.threads.set_index("tid")["own_ms"]
-    span = (m.window[1] - m.window[0]) / 1e6
-    loader = [h for h in m.helpers if (h >> 24) != (main >> 24) and own[h] > 0.5 * span]
-    assert len(loader) == 1, m.threads  # the loader works most of the window
-    assert not set(loader) & set(m.helper_ms(main, ["forward"]))
+    a, m, main, loader = _with_loader("loader_process", "forward", tmp_path)
+    assert loader not in m.helper_ms(main, ["forward"])
     fix = ka.fix_finding(ka.PROGRAMS["loader_process"], a)
     assert fix is not None and 1.05 < fix["predicted_speedup"] < 1.6, a[["rule", "stage", "predicted_speedup"]]
 
@@ -528,3 +536,29 @@ def test_a_repeated_range_without_the_mark_is_a_stage_and_the_window_holds_whole
     assert (w0, w1) == (int(cp["end_ns"].iloc[0]), int(cp["end_ns"].iloc[-1]))
     steps = rep.nvtx[(rep.nvtx["name"] == "step") & (rep.nvtx["start_ns"] >= w0) & (rep.nvtx["end_ns"] <= w1)]
     assert len(steps) == 50
+
+
+@pytest.mark.nsys
+def test_a_lone_stage_is_a_finding_where_other_work_would_then_limit(tmp_path):
+    """lone_stage: 'consume' (15 ms) is the main process's only stage, fed by a loader process (10 ms
+    an item, no ranges). The loader's time, though it lies inside consume's ranges, is a limit of its
+    own (another process, no pool inside the call), and it is what a free 'consume' stops at: 1.5x by
+    construction. Before, a lone stage 'dominated nothing' and the run had no finding at all."""
+    a, m, _, loader = _with_loader("lone_stage", "consume", tmp_path)
+    span = (m.window[1] - m.window[0]) / 1e6
+    assert m.independent_ms()[loader] > 0.5 * span, m.independent_ms()  # its own limit, not consume's work
+    fix = ka.fix_finding(ka.PROGRAMS["lone_stage"], a)
+    assert fix is not None and fix["rule"] == "dominant_stage", a[["rule", "stage", "predicted_speedup"]]
+    assert "only stage" in fix["evidence"] and "another process" in fix["evidence"], fix["evidence"]
+    assert 1.1 < fix["predicted_speedup"] < 1.8, fix
+
+
+def test_a_lone_stage_with_nothing_beside_it_is_the_program_not_a_finding():
+    """A test report whose one thread runs 'step' ranges inside one 'run' and nothing else: making 'step' cheaper
+    is making the program cheaper, and a 'bound' of several hundred x on it is no news, so no stage
+    finding is made (rules.LONE_NEXT); the same rule gives lone_stage's loader-fed 'consume' one."""
+    rep = labkit.load_report(ka.ROOT / "tests" / "fixtures" / "repeats_10ms_1.nsys2022.4.sqlite")
+    a = labkit.advise(rep)
+    ranges = rep.nvtx[rep.nvtx["kind"] != "mark"]
+    assert set(ranges["name"]) == {"run", "step"} and ranges["global_tid"].nunique() == 1, ranges  # steps in a run
+    assert not a["rule"].isin(["dominant_stage", "skip_work"]).any(), a[["rule", "stage", "predicted_speedup"]]

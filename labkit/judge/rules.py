@@ -8,6 +8,7 @@ all.
 """
 from __future__ import annotations
 
+from labkit.report.reader import pid_of
 from labkit.stats import stages
 from labkit.stats.calls import osrt_traced
 from labkit.judge.whatif import IN_FLIGHT
@@ -42,6 +43,14 @@ threads of 20 ms a step by construction, tests/programs/known/balanced.py) they 
 PATH_SHARE = 0.25
 """A stage holding at least this share of the critical path, off the limiting thread, gets a finding
 of its own (:func:`on_path`): below it the stage is one of several the path passes through."""
+LONE_NEXT = 0.1
+"""A stage alone on the limiting thread has no other stage to dominate; it is a finding only where
+other host work would then limit: another thread's own time that is a limit of its own (not a pool's
+inside the stage's ranges) of at least this share of the limiting thread's, so that a cheaper stage
+gains at most 1/LONE_NEXT (10x) before that thread limits. With less beside it the stage is the
+program (a test report's one 'step' range: a 265x "bound" on making the whole program cheaper) and
+no stage lever is news; where the next limit is the GPU's, the GPU rules speak. Known answer:
+tests/programs/known/lone_stage.py, a loader process working two thirds of the time 'consume' takes."""
 BATCH_TO = 16  # the batch size the batching estimate assumes where the calls carry fewer items
 
 
@@ -62,8 +71,7 @@ def _limiting(ev: Evidence):
         return None
     own = m.independent_ms()  # a worker pool's time inside stages is theirs, not a rival limit
     pool = m.pool_of(int(lim["tid"]))  # a pool's threads share its work: the pool limits, as one
-    others = own[~own.index.isin(pool)]
-    second = max(float(others.max()) if len(others) else 0.0, m.floor_ms)
+    second = max(float(_runner_up(m, int(lim["tid"]))["ms"]), m.floor_ms)
     mine = float(own.reindex(pool).fillna(0.0).mean()) if len(pool) > 1 else float(lim["own_ms"])
     if mine < BALANCED * second:  # balanced: changing one thread cannot pay beyond the noise
         return None
@@ -72,6 +80,21 @@ def _limiting(ev: Evidence):
         lim["thread"] = f"{lim['thread']} (one of a pool of {len(pool)} threads that run the same stages)"
     st = m.stages_of(int(lim["tid"]))
     return m, lim, st[st["own_ms"] > 0]
+
+
+def _runner_up(m, tid: int) -> dict:
+    """The thread, outside ``tid``'s pool, with the most own time that is a limit of its own
+    (:meth:`~labkit.judge.whatif.WhatIf.independent_ms`): ``{"ms": its time, "thread": its name}``
+    (0 and None where there is none): the next to limit when ``tid`` gets cheaper."""
+    own = m.independent_ms()
+    others = own[~own.index.isin(m.pool_of(tid))]
+    if not len(others) or float(others.max()) <= 0:
+        return {"ms": 0.0, "thread": None}
+    top = int(others.idxmax())
+    name = str(m.threads.set_index("tid")["thread"].get(top, f"tid {top & 0xFFFFFF}"))
+    if pid_of(top) != pid_of(tid):
+        name += " (another process)"
+    return {"ms": float(others.max()), "thread": name}
 
 
 def _given(ev: Evidence, stage: str) -> bool:
@@ -308,16 +331,22 @@ def dominant(ev: Evidence) -> list[dict]:
     if lim is None:
         return []
     m, t, st = lim
-    if len(st) == 0 or len(m.stages.groupby(["tid", "stage"])) < 2:  # one stage on one thread: it dominates nothing
+    if len(st) == 0:
+        return []
+    tid = int(t["tid"])
+    nxt = _runner_up(m, tid)
+    lone = len(m.stages.groupby(["tid", "stage"])) < 2
+    if lone and nxt["ms"] < LONE_NEXT * float(t["own_ms"]):  # one stage on one thread, little beside it
         return []
     top = st.iloc[0]
     stage, ms = str(top["stage"]), float(top["own_ms"])
     share = ms / float(t["own_ms"])
     if share < DOMINANT_SHARE or _is_setup(stage):
         return []
-    tid = int(t["tid"])
     text = (f"'{stage}' is {ms:.0f} ms of the {t['own_ms']:.0f} ms of own time of {t['thread']}, the thread with "
-            f"the most ({share:.0%}), in {ev.wall_ms:.0f} ms")
+            f"the most ({share:.0%}), in {ev.wall_ms:.0f} ms" +
+            (f"; it is the only stage, and beside it {nxt['thread']} works {nxt['ms']:.0f} ms on its own, the next "
+             "limit" if lone else ""))
     out = []
     if not _given(ev, stage):
         tb = ev.table.assign(label=stages.stage_labels(ev.table.rename(columns={"stage": "name"})))

@@ -280,13 +280,19 @@ class WhatIf(CriticalPath):
         return out
 
     def _inside_ms(self, ranges: pd.DataFrame) -> dict[int, float]:
-        """Each helper thread's own time (ms) inside the union of ``ranges`` (NVTX rows): its time there
-        within its own extent, less its waits on peers."""
+        """Each helper thread's own time (ms) inside the union of those of ``ranges`` (NVTX rows) that
+        lie on threads of its own process (a pool works in its caller's process; a loader process
+        works on its own): its time there within its own extent, less its waits on peers."""
         if not self.helpers or not len(ranges):
             return {}
-        s, e = busy_intervals(ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64))
+        pid = pid_of(ranges["global_tid"].to_numpy(np.int64))
+        union = {p: busy_intervals(ranges["start_ns"].to_numpy(np.int64)[pid == p],
+                                   ranges["end_ns"].to_numpy(np.int64)[pid == p]) for p in np.unique(pid)}
         out = {}
         for h in self.helpers:
+            if int(pid_of(h)) not in union:
+                continue
+            s, e = union[int(pid_of(h))]
             x0, x1 = self._extent[h]
             hs, he = np.clip(s, x0, x1), np.clip(e, x0, x1)
             span = pd.DataFrame({"global_tid": h, "start_ns": hs, "end_ns": he})
@@ -301,8 +307,7 @@ class WhatIf(CriticalPath):
             r = self._ranges
             if len(r):
                 r = r[(r["global_tid"] == key[0]) & (r["label"].isin(key[1]) | r["name"].isin(key[1]))]
-            same = {h for h in self.helpers if pid_of(h) == pid_of(key[0])}  # a pool works in its caller's process
-            self._helper_ms[key] = {h: ms for h, ms in self._inside_ms(r).items() if ms > 0 and h in same}
+            self._helper_ms[key] = {h: ms for h, ms in self._inside_ms(r).items() if ms > 0}
         return self._helper_ms[key]
 
     def helped(self, removed: dict[int, float], stages) -> dict[int, float]:
@@ -381,7 +386,8 @@ class WhatIf(CriticalPath):
 
     def independent_ms(self) -> pd.Series:
         """Own time per thread (tid -> ms) that is its own limit: all of it for an annotated thread; for
-        a helper, only its time outside every annotated thread's stage ranges (the rest is their work).
+        a helper, only its time outside the stage ranges of its own process's annotated threads (the
+        rest is their work; a helper in another process, a loader's worker, is its own limit all along).
         Computed once per model (the limiter and every stage rule's balance test read it)."""
         if self._independent is None:
             own = self.threads.set_index("tid")["own_ms"].astype(float).copy()

@@ -119,6 +119,25 @@ def fed_by_process(items: int, ms: float, annotated: bool = True, name: str = "p
     p.join()
 
 
+def _load(i: int, ms: float) -> int:
+    cpu(ms)
+    return i
+
+
+def loaded(items: int, ms: float):
+    """A data loader's worker process: a spawned ``multiprocessing.Pool(1)`` prepares each of
+    ``items`` items (``ms`` each, no ranges) and hands it over through ``imap``, as a DataLoader's
+    worker does. Yields each item's number inside the timed steady loop (:class:`Steady`); the worker
+    is started before it. Call it under ``if __name__ == "__main__":``."""
+    import functools
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(1) as pool:
+        pool.map(functools.partial(_load, ms=ms), range(2))  # the worker started, before the timed loop
+        with Steady(items):
+            yield from pool.imap(functools.partial(_load, ms=ms), range(items))
+
+
 def workers(target, n: int = 2, name: str = "worker") -> None:
     """Run ``target(k)`` for k in 0..n-1, each on a thread named ``{name}{k}``, and wait for them all."""
     threads = [threading.Thread(target=target, args=(k,), name=f"{name}{k}") for k in range(n)]

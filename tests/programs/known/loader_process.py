@@ -7,26 +7,15 @@ Known answer: lever ``cheaper_stage`` on ``forward``; the loader then limits: 25
 that counts the loader's time inside forward's ranges as forward's own work (as a library's thread
 pool inside a call would be) predicts 2.5x.
 """
-import multiprocessing as mp
-
-from _known import Steady, args, cpu
+from _known import args, cpu, loaded
 
 from labkit import annotate
 
-
-def load(i: int) -> int:
-    cpu(20)
-    return i
-
-
 if __name__ == "__main__":
     a = args(__doc__, items=60)
-    with mp.get_context("spawn").Pool(1) as pool:
-        pool.map(load, range(2))  # the worker started, before the timed loop
-        with Steady(a.items):
-            for i, _ in enumerate(pool.imap(load, range(a.items))):
-                with annotate.range("forward", batch=i, items=1):
-                    if not a.fix:
-                        cpu(15)
-                with annotate.range("backward", batch=i, items=1):
-                    cpu(10)
+    for i in loaded(a.items, 20):
+        with annotate.range("forward", batch=i, items=1):
+            if not a.fix:
+                cpu(15)
+        with annotate.range("backward", batch=i, items=1):
+            cpu(10)
