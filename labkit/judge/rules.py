@@ -71,7 +71,7 @@ def _limiting(ev: Evidence):
         return None
     own = m.independent_ms()  # a worker pool's time inside stages is theirs, not a rival limit
     pool = m.pool_of(int(lim["tid"]))  # a pool's threads share its work: the pool limits, as one
-    second = max(float(_runner_up(m, int(lim["tid"]))["ms"]), m.floor_ms)
+    second = max(_runner_up(m, int(lim["tid"]))["ms"], m.floor_ms)
     mine = float(own.reindex(pool).fillna(0.0).mean()) if len(pool) > 1 else float(lim["own_ms"])
     if mine < BALANCED * second:  # balanced: changing one thread cannot pay beyond the noise
         return None
@@ -91,7 +91,7 @@ def _runner_up(m, tid: int) -> dict:
     if not len(others) or float(others.max()) <= 0:
         return {"ms": 0.0, "thread": None}
     top = int(others.idxmax())
-    name = str(m.threads.set_index("tid")["thread"].get(top, f"tid {top & 0xFFFFFF}"))
+    name = str(m.threads.set_index("tid").at[top, "thread"])
     if pid_of(top) != pid_of(tid):
         name += " (another process)"
     return {"ms": float(others.max()), "thread": name}

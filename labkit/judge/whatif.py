@@ -286,13 +286,13 @@ class WhatIf(CriticalPath):
         if not self.helpers or not len(ranges):
             return {}
         pid = pid_of(ranges["global_tid"].to_numpy(np.int64))
-        union = {p: busy_intervals(ranges["start_ns"].to_numpy(np.int64)[pid == p],
-                                   ranges["end_ns"].to_numpy(np.int64)[pid == p]) for p in np.unique(pid)}
+        start, end = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
+        union = {int(p): busy_intervals(start[pid == p], end[pid == p]) for p in np.unique(pid)}
         out = {}
         for h in self.helpers:
-            if int(pid_of(h)) not in union:
+            if (mine := union.get(int(pid_of(h)))) is None:
                 continue
-            s, e = union[int(pid_of(h))]
+            s, e = mine
             x0, x1 = self._extent[h]
             hs, he = np.clip(s, x0, x1), np.clip(e, x0, x1)
             span = pd.DataFrame({"global_tid": h, "start_ns": hs, "end_ns": he})

@@ -132,10 +132,11 @@ def loaded(items: int, ms: float):
     import functools
     import multiprocessing as mp
 
+    load = functools.partial(_load, ms=ms)
     with mp.get_context("spawn").Pool(1) as pool:
-        pool.map(functools.partial(_load, ms=ms), range(2))  # the worker started, before the timed loop
+        pool.map(load, range(2))  # the worker started, before the timed loop
         with Steady(items):
-            yield from pool.imap(functools.partial(_load, ms=ms), range(items))
+            yield from pool.imap(load, range(items))
 
 
 def workers(target, n: int = 2, name: str = "worker") -> None:
