@@ -25,11 +25,6 @@ def _span_options(p: argparse.ArgumentParser) -> None:
                                                                    "its instances")
 
 
-def _whole_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--whole", action="store_true", help="the whole trace (default: the steady window past "
-                                                        "start-up, which the output names)")
-
-
 def _span(args) -> dict:
     """``window``/``within`` keywords from ``--window START_MS,END_MS`` / ``--within RANGE``;
     raises SystemExit(2) with one line for a malformed window."""
@@ -92,23 +87,29 @@ def _out_format(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wide", action="store_true", help="names in full (default: cut to the terminal width)")
 
 
-def cli_advise(argv: list[str]) -> int:
-    """``python -m labkit advise REPORT [--window S,E | --within R | --whole] [--warmup N] [--json | --csv]``."""
-    p = argparse.ArgumentParser(prog="python -m labkit advise",
-                                description="Findings about what holds a profiled run back: evidence, lever and "
-                                            "predicted speed-up (labkit.advise).")
+def _judgement_args(argv: list[str], name: str, description: str) -> tuple[argparse.Namespace, dict]:
+    """The options of a command that judges a run (advise, bottleneck): REPORT, --warmup, the span,
+    --whole and the output format. Returns the parsed arguments and the keywords for the judgement."""
+    p = argparse.ArgumentParser(prog=f"python -m labkit {name}", description=description)
     p.add_argument("report")
     p.add_argument("--warmup", type=count_arg, default=0, help="batches (range payload below this) left out as warm-up")
     _span_options(p)
-    _whole_option(p)
+    p.add_argument("--whole", action="store_true", help="the whole trace (default: the steady window past "
+                                                        "start-up, which the output names)")
     _out_format(p)
     args = p.parse_args(argv)
-    span = _span(args)
+    return args, dict(warmup=args.warmup, steady=not args.whole, **_span(args))
+
+
+def cli_advise(argv: list[str]) -> int:
+    """``python -m labkit advise REPORT [--window S,E | --within R | --whole] [--warmup N] [--json | --csv]``."""
+    args, how = _judgement_args(argv, "advise", "Findings about what holds a profiled run back: evidence, lever "
+                                                "and predicted speed-up (labkit.advise).")
     import labkit
 
     try:
         rep = labkit.load_report(args.report)
-        df = labkit.advise(rep, warmup=args.warmup, steady=not args.whole, **span)
+        df = labkit.advise(rep, **how)
     except LabkitError as exc:
         return _fail(exc)
     if args.json:
@@ -128,21 +129,13 @@ def cli_advise(argv: list[str]) -> int:
 
 def cli_bottleneck(argv: list[str]) -> int:
     """``python -m labkit bottleneck REPORT [--window S,E | --within R | --whole] [--warmup N] [--json | --csv]``."""
-    p = argparse.ArgumentParser(prog="python -m labkit bottleneck",
-                                description="The stage, thread or engine that limited a run's throughput "
-                                            "(labkit.bottleneck); --csv prints its per-thread table.")
-    p.add_argument("report")
-    p.add_argument("--warmup", type=count_arg, default=0, help="batches (range payload below this) left out as warm-up")
-    _span_options(p)
-    _whole_option(p)
-    _out_format(p)
-    args = p.parse_args(argv)
-    span = _span(args)
+    args, how = _judgement_args(argv, "bottleneck", "The stage, thread or engine that limited a run's throughput "
+                                                    "(labkit.bottleneck); --csv prints its per-thread table.")
     import labkit
 
     try:
         rep = labkit.load_report(args.report)
-        b = labkit.bottleneck(rep, warmup=args.warmup, steady=not args.whole, **span)
+        b = labkit.bottleneck(rep, **how)
     except LabkitError as exc:
         return _fail(exc)
     table = getattr(b, "table", None)

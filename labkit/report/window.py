@@ -27,6 +27,7 @@ import inspect
 import numpy as np
 
 from labkit.errors import LabkitError
+from labkit.report.launch import call_of
 
 __all__ = ["restrict", "windowed", "WindowError", "span_of"]
 
@@ -80,10 +81,6 @@ def _inside(t: np.ndarray, span: np.ndarray) -> np.ndarray:
     return out
 
 
-def _keys(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
-    return (np.asarray(pid, dtype=np.int64) << 32) | (np.asarray(corr, dtype=np.int64) & 0xFFFFFFFF)
-
-
 def _renest(nv, keep: np.ndarray):
     """Rows ``keep`` of the nvtx frame, with ``parent`` re-pointed at the kept rows (-1 if dropped)."""
     pos = np.full(len(nv), -1, dtype=np.int64)
@@ -117,17 +114,12 @@ def restrict(report, *, window=None, within=None):
         else:
             frames[name] = f[_inside(f["start_ns"].to_numpy(), span)].reset_index(drop=True)
     api = report._frame("cuda_api")
-    akey = _keys(api["pid"].to_numpy(), api["correlation_id"].to_numpy())
-    order = np.argsort(akey, kind="stable")
-    sk, call_start = akey[order], api["start_ns"].to_numpy()[order]
-    for name in _GPU_FRAMES:
+    for name in _GPU_FRAMES:  # GPU work belongs to the window its launching call started in
         f = report._frame(name)
         t = f["start_ns"].to_numpy().copy()
-        if len(f) and len(sk):
-            k = _keys(f["pid"].to_numpy(), f["correlation_id"].to_numpy())
-            pos = np.minimum(np.searchsorted(sk, k), len(sk) - 1)
-            found = sk[pos] == k
-            t[found] = call_start[pos[found]]
+        if len(f):
+            row = call_of(api["pid"], api["correlation_id"], f["pid"], f["correlation_id"])
+            t[row >= 0] = api["start_ns"].to_numpy()[row[row >= 0]]
         frames[name] = f[_inside(t, span)].reset_index(drop=True)
     frames["threads"] = report.threads
     meta = dict(report.meta)

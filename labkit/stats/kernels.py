@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from labkit.report.launch import call_of
 from labkit.report.window import windowed
 
 __all__ = ["kernel_percentiles", "launch_latency", "queue_depth", "stream_summary", "copy_bandwidth",
@@ -150,13 +151,9 @@ def _launched(rep, names: str) -> pd.DataFrame:
     out = k.iloc[:0].assign(call_start=np.empty(0, np.int64), call_end=np.empty(0, np.int64),
                             tid=np.empty(0, np.int64), api=np.empty(0, object))
     if len(k) and len(api):
-        akey = (api["pid"].to_numpy(np.int64) << 32) | (api["correlation_id"].to_numpy(np.int64) & 0xFFFFFFFF)
-        order = np.argsort(akey, kind="stable")
-        sk = akey[order]
-        kkey = (k["pid"].to_numpy(np.int64) << 32) | (k["correlation_id"].to_numpy(np.int64) & 0xFFFFFFFF)
-        pos = np.minimum(np.searchsorted(sk, kkey), len(sk) - 1)
-        found = sk[pos] == kkey
-        rows = order[pos[found]]
+        row = call_of(api["pid"], api["correlation_id"], k["pid"], k["correlation_id"])
+        found = row >= 0
+        rows = row[found]
         names_col = "nsys_name" if "nsys_name" in api else "name"
         out = k[found].reset_index(drop=True).assign(
             call_start=api["start_ns"].to_numpy(np.int64)[rows], call_end=api["end_ns"].to_numpy(np.int64)[rows],

@@ -15,6 +15,7 @@ import hashlib
 import numpy as np
 import pandas as pd
 
+from labkit.report.launch import call_key, call_of
 from labkit.report.reader import PROJECTION_COLUMNS, SUMMARY_COLUMNS, _empty, _lookup, parse_ints
 from labkit.report.nvtx import range_durations
 from labkit.report.window import windowed
@@ -256,19 +257,15 @@ def _launches(rep) -> dict[str, np.ndarray]:
     empty = {c: np.empty(0, dtype=np.int64) for c in ("global_tid", "call_start", "call_end", "op_start", "op_end")}
     if len(ops["start_ns"]) == 0 or len(api["start_ns"]) == 0:
         return empty
-    okey = (ops["pid"] << 32) | (ops["correlation_id"] & 0xFFFFFFFF)
+    okey = call_key(ops["pid"], ops["correlation_id"])  # the ops of one call together
     o = np.argsort(okey, kind="stable")
     ok = okey[o]
     first = np.flatnonzero(np.r_[True, ok[1:] != ok[:-1]])
-    keys = ok[first]
     op_s = np.minimum.reduceat(ops["start_ns"][o], first)
     op_e = np.maximum.reduceat(ops["end_ns"][o], first)
-    akey = (api["pid"] << 32) | (api["correlation_id"] & 0xFFFFFFFF)
-    order = np.argsort(akey, kind="stable")
-    sk = akey[order]
-    pos = np.minimum(np.searchsorted(sk, keys), len(sk) - 1)
-    found = sk[pos] == keys
-    rows = order[pos[found]]
+    row = call_of(api["pid"], api["correlation_id"], ops["pid"][o][first], ops["correlation_id"][o][first])
+    found = row >= 0
+    rows = row[found]
     g = api["global_tid"][rows]
     cs = api["start_ns"][rows]
     srt = np.lexsort((cs, g))
