@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["call_key", "call_of"]
+__all__ = ["call_key", "launching_call"]
 
 
 def call_key(pid, corr) -> np.ndarray:
@@ -13,15 +13,19 @@ def call_key(pid, corr) -> np.ndarray:
     return (np.asarray(pid, dtype=np.int64) << 32) | (np.asarray(corr, dtype=np.int64) & 0xFFFFFFFF)
 
 
-def call_of(api_pid, api_corr, pid, corr) -> np.ndarray:
-    """For each GPU activity (its process ``pid`` and correlation id ``corr``), the row, among the
-    CUDA API calls given by their ``api_pid`` and ``api_corr``, of the call that launched it; -1
-    where the report lacks that call (joined on :func:`call_key`)."""
+def launching_call(api_pid, api_corr):
+    """A lookup over the CUDA API calls given by ``api_pid`` and ``api_corr``, sorted once: called
+    with GPU activities' ``pid`` and ``corr``, it returns for each the row of the call that launched
+    it, -1 where the report lacks that call (joined on :func:`call_key`)."""
     akey = call_key(api_pid, api_corr)
-    key = call_key(pid, corr)
-    if not len(akey):
-        return np.full(len(key), -1, dtype=np.int64)
     order = np.argsort(akey, kind="stable")
     sk = akey[order]
-    pos = np.minimum(np.searchsorted(sk, key), len(sk) - 1)
-    return np.where(sk[pos] == key, order[pos], -1)
+
+    def rows(pid, corr) -> np.ndarray:
+        key = call_key(pid, corr)
+        if not len(sk):
+            return np.full(len(key), -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(sk, key), len(sk) - 1)
+        return np.where(sk[pos] == key, order[pos], -1)
+
+    return rows

@@ -27,7 +27,7 @@ import inspect
 import numpy as np
 
 from labkit.errors import LabkitError
-from labkit.report.launch import call_of
+from labkit.report.launch import launching_call
 
 __all__ = ["restrict", "windowed", "WindowError", "span_of"]
 
@@ -114,12 +114,13 @@ def restrict(report, *, window=None, within=None):
         else:
             frames[name] = f[_inside(f["start_ns"].to_numpy(), span)].reset_index(drop=True)
     api = report._frame("cuda_api")
+    call_of, call_start = launching_call(api["pid"], api["correlation_id"]), api["start_ns"].to_numpy()
     for name in _GPU_FRAMES:  # GPU work belongs to the window its launching call started in
         f = report._frame(name)
         t = f["start_ns"].to_numpy().copy()
         if len(f):
-            row = call_of(api["pid"], api["correlation_id"], f["pid"], f["correlation_id"])
-            t[row >= 0] = api["start_ns"].to_numpy()[row[row >= 0]]
+            row = call_of(f["pid"], f["correlation_id"])
+            t[row >= 0] = call_start[row[row >= 0]]
         frames[name] = f[_inside(t, span)].reset_index(drop=True)
     frames["threads"] = report.threads
     meta = dict(report.meta)

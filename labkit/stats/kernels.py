@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from labkit.report.launch import call_of
+from labkit.report.launch import launching_call
 from labkit.report.window import windowed
 
 __all__ = ["kernel_percentiles", "launch_latency", "queue_depth", "stream_summary", "copy_bandwidth",
@@ -151,7 +151,7 @@ def _launched(rep, names: str) -> pd.DataFrame:
     out = k.iloc[:0].assign(call_start=np.empty(0, np.int64), call_end=np.empty(0, np.int64),
                             tid=np.empty(0, np.int64), api=np.empty(0, object))
     if len(k) and len(api):
-        row = call_of(api["pid"], api["correlation_id"], k["pid"], k["correlation_id"])
+        row = launching_call(api["pid"], api["correlation_id"])(k["pid"], k["correlation_id"])
         found = row >= 0
         rows = row[found]
         names_col = "nsys_name" if "nsys_name" in api else "name"

@@ -15,7 +15,7 @@ import hashlib
 import numpy as np
 import pandas as pd
 
-from labkit.report.launch import call_key, call_of
+from labkit.report.launch import call_key, launching_call
 from labkit.report.reader import PROJECTION_COLUMNS, SUMMARY_COLUMNS, _empty, _lookup, parse_ints
 from labkit.report.nvtx import range_durations
 from labkit.report.window import windowed
@@ -263,7 +263,7 @@ def _launches(rep) -> dict[str, np.ndarray]:
     first = np.flatnonzero(np.r_[True, ok[1:] != ok[:-1]])
     op_s = np.minimum.reduceat(ops["start_ns"][o], first)
     op_e = np.maximum.reduceat(ops["end_ns"][o], first)
-    row = call_of(api["pid"], api["correlation_id"], ops["pid"][o][first], ops["correlation_id"][o][first])
+    row = launching_call(api["pid"], api["correlation_id"])(ops["pid"][o][first], ops["correlation_id"][o][first])
     found = row >= 0
     rows = row[found]
     g = api["global_tid"][rows]
