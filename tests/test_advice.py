@@ -136,7 +136,7 @@ def test_low_utilization_counts_kernels_only_and_fires_on_the_h100_pipeline():
     s, e = idle.busy_intervals(k["start_ns"].to_numpy(), k["end_ns"].to_numpy())
     sm = np.clip(e, w0, w1) - np.clip(s, w0, w1)
     # the kernels keep their times (wall / SM busy): an estimate, since batching merges kernels and a
-    # merged kernel can take less than their sum (382x measured on an H200 against 19.9x: the known
+    # merged kernel can take less than their sum (242-382x measured on an H200 against 19.9x: the known
     # answer gpu_tiny_launches); batching the host's launches leaves the other threads' work: the
     # prediction is capped at what the lever can remove (Amdahl), and says so
     assert r["predicted_speedup"] <= (w1 - w0) / sm.sum() + 1e-9 and r["basis"] == "estimate"

@@ -25,7 +25,7 @@ def test_a_merged_kernel_is_costed_near_the_fixs_own_kernel_in_the_same_trace():
     """gpu_tiny_launches adds 1.0 to 500 tensors of 1,024 floats a step, one launch each; its fix adds to
     one (500, 1024) tensor, and the trace holds that kernel too (the program's warm-up launches it).
     The model merges each step's 500 adds (one kernel, one shape) into one launch: one wave of the
-    H200's thread slots, as long as the longest add. The fix's kernel ran 1.47 us; the model reads the
+    H200's thread slots, as long as the longest add. The fix's kernel ran 1.41 us; the model reads the
     merged kernel short of it (the adds' bytes, 4 MB a step, take time a wave of fixed cost does not
     show), within a factor of two."""
     rep = labkit.load_report(TINY)

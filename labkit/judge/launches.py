@@ -17,14 +17,16 @@ as many waves of the device as they fill (SMs x warps per SM x threads per warp,
 so do all where the report gives no device size. Thread slots are an upper count: registers and
 shared memory can leave fewer, and a merged kernel that streams more bytes takes longer.
 
-Checked on ``tests/programs/known/gpu_tiny_launches.py`` (500 one-kernel adds of 1,024 floats a
-step, recorded on an H200; tests/test_launch_model.py): the merged kernel is modelled at 0.90 us a
-step (one wave, as long as the longest add); the fix's own kernel, the same adds as one launch,
-ran 1.47 us in the same trace (its 4 MB take time a wave of fixed cost does not show). The run stays
-host-bound either way: the estimate is 134.75x against 242x measured (382x in another run), low
-because the model keeps 38 us of each step (its work outside the launches, the NVTX range among it,
-as recorded under nsys) and 9 us between steps, while 242x at the profiled 6.27 ms a slow step puts
-the fix at 26 us a step.
+Checked on ``tests/programs/known/gpu_tiny_launches.py`` (one-kernel adds of 1,024 floats a step, recorded
+on an H200 on 2026-11-29; tests/test_launch_model.py, tests/test_known_answers.py): the merged kernel is
+modelled at 0.90 us a step (one wave, as long as the longest add); the fix's own kernel, the same adds as
+one launch, ran 1.41 us in the same trace (its 4 MB take time a wave of fixed cost does not show). The run
+stays host-bound either way. With 50 adds a step the estimate is 31x against 29x measured; with 500 it is
+128x against 346x (255x in a second call), low because a step keeps its work around its launches as
+recorded: 39 us a step at its edges and between steps (10 us with 50 adds, 78 us with 2,000), where the
+fix's own trace shows 12 us. That work grows with the launches a step holds (in a trace without CUDA too,
+and on a CPU: the code at a step's edges runs cold after a burst of launches), so a merged step keeps less
+of it than the model keeps; one trace does not show how much less.
 """
 from __future__ import annotations
 
