@@ -29,6 +29,7 @@ __all__ = [
     "match_cuda_devices",
     "torch_info",
     "cpu_model",
+    "usable_cpus",
     "fingerprint",
     "NSYS_SEARCH_GLOBS",
 ]
@@ -303,6 +304,55 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _quota(folder: Path, v2: bool) -> float | None:
+    """CPUs the cgroup ``folder`` allows (quota over period), None without a limit or a readable file."""
+    try:
+        if v2:
+            quota, period = (folder / "cpu.max").read_text().split()[:2]
+        else:
+            quota, period = ((folder / f).read_text().strip() for f in ("cpu.cfs_quota_us", "cpu.cfs_period_us"))
+        q, p = int(quota), int(period)  # "max" (v2) or -1 (v1): no limit
+    except (OSError, ValueError):
+        return None
+    return q / p if q > 0 and p > 0 else None
+
+
+def usable_cpus(fs: str | os.PathLike = "/") -> int | None:
+    """How many CPUs this process can run on at once: its affinity (``taskset``, ``docker --cpuset-cpus``),
+    less its container's CPU quota (``docker --cpus``: cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``
+    on its own cgroup or any above it; a fractional quota counts as the next whole CPU). None where the
+    affinity is unknown. ``fs``: the root the ``proc`` and ``sys`` folders are read under."""
+    root = Path(fs)
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count()
+    if not n:
+        return None
+    try:
+        lines = (root / "proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    limits = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        v2 = parts[0] == "0" and parts[1] == ""
+        if not v2 and "cpu" not in parts[1].split(","):
+            continue
+        mounts = [root / "sys/fs/cgroup"] if v2 else [root / "sys/fs/cgroup" / parts[1], root / "sys/fs/cgroup/cpu"]
+        rel = Path(parts[2].lstrip("/"))
+        for base in mounts:
+            for sub in [rel, *rel.parents]:  # its own cgroup, then each above it (inside a container: "/")
+                q = _quota(base / sub, v2)
+                if q is not None:
+                    limits.append(q)
+    if limits:
+        n = min(n, max(1, int(-(-min(limits) // 1))))
+    return n
 
 
 def fingerprint() -> dict:

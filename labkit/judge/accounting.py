@@ -12,12 +12,12 @@ Per thread, over the window (clipped to the thread's first and last traced event
 - ``busy_ms``: work and CUDA calls; for a thread with no NVTX range at all, everything not blocked
   (its untraced time may be compute: nothing says otherwise), and ``busy_basis`` says which.
 
-Per run: ``oversubscribed_ms``, the time more threads were ready to run (in their extent, not
-blocked; the CUDA driver's and the profiler's own threads apart) than the profiled machine had cores
-(``CpuCores`` in the report). Times measured then include waits for a core, which a change that
-frees a core takes away too: a prediction read from them is no bound (:func:`labkit.advise` says
-so). Zero where the report traced no OS runtime calls (an untraced wait reads as running) or does
-not give its cores.
+Per run: ``oversubscribed_ms``, the time more threads were ready to run (in their extent, not blocked;
+the CUDA driver's and the profiler's own threads apart) than the profiled run had cores (``CpuCores`` in
+the report, or fewer where labkit recorded that the program could use fewer). Times measured then include
+waits for a core, which a change that frees a core takes away too: a prediction read from them is no
+bound (:func:`labkit.advise` says so). Zero where the report traced no OS runtime calls (an untraced wait
+reads as running) or does not give its cores.
 
 Per GPU: SM busy (kernels, graphs), copy-engine busy by direction, kept apart. The *limiter* is the
 resource busiest in the window: a thread (its busy share), the GPU's SMs or its copy engines; the

@@ -244,8 +244,9 @@ def _short_of_cores(r: dict, ev: Evidence) -> None:
     if over <= (1 - 1 / MIN_GAIN) * after:
         return
     r["basis"] = "estimate"
+    cores = f"{acc.cores} core{'s' if acc.cores != 1 else ''}"
     r["assumptions"] += (f"; for {over:.0f} of the window's {ev.wall_ms:.0f} ms more threads were ready to run than "
-                         f"the profiled machine's {acc.cores} cores, so measured times include waits for a core "
+                         f"the {cores} the profiled run had, so measured times include waits for a core "
                          "that a change freeing one takes away too: an estimate, not a bound")
 
 

@@ -28,10 +28,10 @@ HELPERS = ("a thread without ranges of its own in the stage's process (a library
 POOLS = ("threads of one process that run the same stages at once (a pool taking items from one queue) share "
          "their work evenly")
 """The what-if model's assumption about pools (labkit.judge.whatif.WhatIf.pools)."""
-MODEL = ("every other thread and engine keeps its measured time, and the threads' CPU time shares the profiled "
-         "machine's cores; " + HELPERS + "; " + POOLS + "; " + STAGE_TIMES)
+MODEL = ("every other thread and engine keeps its measured time, and the threads' CPU time shares the cores the "
+         "profiled run had; " + HELPERS + "; " + POOLS + "; " + STAGE_TIMES)
 BOUND_MODEL = ("every other thread and engine keeps its measured time (measured under the run's own contention for "
-               "cores), and the threads' CPU time shares the profiled machine's cores; " + HELPERS + "; " + POOLS)
+               "cores), and the threads' CPU time shares the cores the profiled run had; " + HELPERS + "; " + POOLS)
 """The model's assumptions said with a bound: the same as :data:`MODEL`'s, without calling it an estimate."""
 SETUP_WORDS = ("setup", "launch", "overhead", "prepare", "init", "alloc")
 """A range nested in each call of a stage whose name holds one of these is that call's fixed cost:
@@ -173,7 +173,7 @@ def latency(ev: Evidence) -> list[dict]:
             + f"; {how}")
     return [dict(row("latency_bound", "The limiting thread waits on its input (latency)", text, "parallel_input", p,
                      "estimate", f"{IN_FLIGHT} requests in flight at once (parallel reads, prefetch threads), their "
-                     f"CPU part sharing the profiled machine's {cores} core(s)"
+                     f"CPU part sharing the {cores} core(s) the profiled run had"
                      + ("" if stage else "; the thread's own ranges stay on it, one after another") + f"; {MODEL}",
                      stage),
                  touch_ms=s_own - after)]
@@ -284,8 +284,8 @@ def chain(ev: Evidence) -> list[dict]:
     return [dict(row("chain", "The items run one at a time, each in a worker of its own", text, "in_flight", p,
                      "estimate", f"up to {IN_FLIGHT} items in flight instead of one: each thread keeps its own time, "
                      f"the path's time where no traced thread worked (a worker's start before its first traced event) "
-                     f"is work too, all of it but the sleeps and reads sharing the profiled machine's {cores} core(s), "
-                     f"and nothing else waits in turn; {MODEL}"),
+                     f"is work too, all of it but the sleeps and reads sharing the {cores} core(s) the profiled run "
+                     f"had, and nothing else waits in turn; {MODEL}"),
                  touch_ms=held)]
 
 

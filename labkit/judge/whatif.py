@@ -12,19 +12,19 @@ ranges then. A thread without ranges of its own, where others have them, waits f
 reads, polls and sleeps (a pool's result handler on its pipe): peer waits; so do the threads the CUDA
 driver, CUPTI and nsys start (:func:`~labkit.stats.calls.runtime_threads`) in every report.
 
-In a steady, pipelined run the slowest resource sets the pace, so the model's run length is the
-largest own time of any thread, no shorter than the SMs' or the copy engines' busy time.
-:meth:`WhatIf.speedup` compares that length before and after a change (time removed from threads,
-stages moved to new threads); with no change it is exactly 1. The model's assumptions, said with
-every finding: every other thread and engine keeps its measured time; the threads' CPU time
-shares the profiled machine's cores (``CpuCores`` in the report), so a change off the limiting
-thread still pays where the cores were full; a thread without ranges of its own in a stage's process
-(a library's worker pool) works for the stages whose ranges it overlaps, and its time there changes
-with theirs (one in another process, a data loader's worker, works on its own: a loader process
-preparing items 20 ms each while the main process's 'forward' ran had read as forward's work, and a
-free 'forward' as 2.56x where the loader then limits at 1.25x, tests/programs/known/loader_process.py);
-threads that run the same stages (a pool taking items from one queue) share their work evenly after
-a change. Both lengths are also no shorter than the critical path's (:mod:`labkit.judge.critical`).
+In a steady, pipelined run the slowest resource sets the pace, so the model's run length is the largest
+own time of any thread, no shorter than the SMs' or the copy engines' busy time. :meth:`WhatIf.speedup`
+compares that length before and after a change (time removed from threads, stages moved to new threads);
+with no change it is exactly 1. The model's assumptions, said with every finding: every other thread and
+engine keeps its measured time; the threads' CPU time shares the profiled run's cores (``CpuCores`` in
+the report, or the fewer its program could use), so a change off the limiting thread still pays where the
+cores were full; a thread without ranges of its own in a stage's process (a library's worker pool) works
+for the stages whose ranges it overlaps, and its time there changes with theirs (one in another process,
+a data loader's worker, works on its own: a loader process preparing items 20 ms each while the main
+process's 'forward' ran had read as forward's work, and a free 'forward' as 2.56x where the loader then
+limits at 1.25x, tests/programs/known/loader_process.py); threads that run the same stages (a pool taking
+items from one queue) share their work evenly after a change. Both lengths are also no shorter than the
+critical path's (:mod:`labkit.judge.critical`).
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ class WhatIf(CriticalPath):
             rows.append({"tid": g, "thread": names.get(g, f"tid {g & 0xFFFFFF}"), "own_ms": (total - wait) / 1e6,
                          "latency_ms": max(latency, 0) / 1e6, "wait_ms": wait / 1e6})
         self.threads = pd.DataFrame(rows, columns=["tid", "thread", "own_ms", "latency_ms", "wait_ms"])
-        self.cores = rep.meta.get("cpu_cores")  # the profiled machine's, where the report says
+        self.cores = rep.meta.get("cpu_cores")  # the profiled run's, where the report says
         self.stages = self._stages(rep, window, stages, peer, lat, names)
         # helpers: traced threads without work ranges of their own (a library's worker pool: OpenMP,
         # ONNX Runtime's intra-op threads, MKL), counted as working for the stages they overlap
@@ -202,7 +202,7 @@ class WhatIf(CriticalPath):
         """The run's length in the model: the largest own time of any thread (``own``: tid -> ms,
         default as measured; a pool's threads, :attr:`pools`, their mean) or new thread (``new``), no
         shorter than the engines' busy time, nor than
-        the threads' CPU time (own less latency) shared by the profiled machine's cores."""
+        the threads' CPU time (own less latency) shared by the profiled run's cores."""
         own = self.threads.set_index("tid")["own_ms"] if own is None else own
         cpu = 0.0
         if self.cores:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from labkit.env import usable_cpus
 from labkit.errors import LabkitError, check_writable, output_error, output_tail as _tail
 from labkit.paths import nsys_output, report_files
 from labkit.record.proc import (child_setup, exit_reason, process_reason, program_lines, remove_stream_files as
@@ -161,6 +163,7 @@ def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", captur
                            osrt_stacks=not supports_option(exe, "--osrt-backtrace-threshold"))
     if capture_range and capture_range != "cudaProfilerApi":
         run_env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")
+    cpus = usable_cpus()  # what the program will be able to use: nsys's CpuCores is the machine's count
     t0 = time.monotonic()
     with _reserve(rep, db, log, overwrite) as logf:
         logf.write(f"# {shlex.join(argv)}\n")
@@ -189,7 +192,7 @@ def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", captur
         _remove_stream_files(output, outdir)
         written = rep.exists() and rep.stat().st_size > 0
         if written:
-            _write_note(logf, rep, proc.returncode, interrupted)
+            _write_note(logf, rep, proc.returncode, interrupted, cpus)
     if interrupted == 1:
         kept = f"the report nsys finished is kept: {rep}" if written else "nsys wrote no report"
         raise KeyboardInterrupt(f"{getattr(proc, 'stopped_by', 'interrupted')}: nsys stopped the program; {kept} "
@@ -273,11 +276,34 @@ def _reserve(rep: Path, db: Path, log: Path, overwrite: bool):
 _NOTE = "# labkit: "
 
 
-def _write_note(logf, rep: Path, status: int, interrupted: int) -> None:
-    """Record, as the log's last line, how the program ended (read by :func:`recording_notes`)."""
+def _write_note(logf, rep: Path, status: int, interrupted: int, cpus: int | None) -> None:
+    """Record, as the log's last line, how the program ended and how many CPUs it could use (read by
+    :func:`recording_notes` and :func:`recording_cpus`)."""
     i = report_identity(rep)
-    logf.write(f"\n{_NOTE}exit_status={status} interrupted={interrupted} report={i['size']}:{i['sha256']}\n")
+    logf.write(f"\n{_NOTE}exit_status={status} interrupted={interrupted} report={i['size']}:{i['sha256']}"
+               + (f" cpus={cpus}" if cpus else "") + "\n")
     logf.flush()
+
+
+def _last_note(rep_path) -> dict:
+    """The last note of the log :func:`record` wrote beside ``rep_path``, where it is of this very report
+    (else empty: a report labkit did not record, or one replaced since)."""
+    rep_path = Path(rep_path).with_suffix(".nsys-rep")
+    try:
+        lines = rep_path.with_suffix(".log").read_text(errors="replace").splitlines()
+        note = dict(kv.split("=", 1) for kv in next(x for x in reversed(lines) if x.startswith(_NOTE))
+                    [len(_NOTE):].split())
+        ident = report_identity(rep_path)
+    except (OSError, StopIteration, ValueError):
+        return {}
+    return note if note.get("report") == f"{ident['size']}:{ident['sha256']}" else {}
+
+
+def recording_cpus(rep_path) -> int | None:
+    """How many CPUs the recorded program could use (its affinity and container quota, as
+    :func:`labkit.env.usable_cpus` read them when it started), where labkit recorded the report."""
+    n = _last_note(rep_path).get("cpus", "")
+    return int(n) if re.fullmatch(r"[1-9][0-9]{0,4}", n) else None
 
 
 def recording_notes(rep_path) -> list[str]:
@@ -285,20 +311,16 @@ def recording_notes(rep_path) -> list[str]:
     the run was interrupted, so the report covers only part of it. Read from the last line of
     the log :func:`record` wrote beside it; empty for a whole run, a report labkit did not
     record, or one replaced since."""
-    rep_path = Path(rep_path).with_suffix(".nsys-rep")
-    try:  # the log's last note, of this very report
-        lines = rep_path.with_suffix(".log").read_text(errors="replace").splitlines()
-        note = dict(kv.split("=", 1) for kv in next(x for x in reversed(lines) if x.startswith(_NOTE))
-                    [len(_NOTE):].split())
-        ident = report_identity(rep_path)
-    except (OSError, StopIteration, ValueError):
+    note = _last_note(rep_path)
+    if not note:
         return []
-    if note.get("report") != f"{ident['size']}:{ident['sha256']}":
+    try:
+        interrupted, status = int(note.get("interrupted", 0)), int(note.get("exit_status", 0))
+    except ValueError:  # not a note labkit wrote
         return []
     notes = []
-    if int(note.get("interrupted", 0)):
+    if interrupted:
         notes.append("the run was interrupted (Ctrl-C): this report covers only the part before it")
-    status = int(note.get("exit_status", 0))
     if status:
         notes.append(f"the profiled program {exit_reason(status)}: this report covers only its run up to then, "
                      f"not a whole run")

@@ -329,10 +329,25 @@ def load_report(path, *, nsys: str | None = None) -> Report:
 
         rep.meta["capture_nsys_version"] = export.report_version(path)
     if path.with_suffix(".log").exists() and path.with_suffix(".nsys-rep").exists():
-        from labkit.record.nsys import recording_notes  # labkit recorded it: a killed or interrupted run says so
+        from labkit.record.nsys import recording_cpus, recording_notes  # labkit recorded it
 
-        rep.notes.extend(recording_notes(path))
+        rep.notes.extend(recording_notes(path))  # a killed or interrupted run says so
+        _usable_cpus(rep, recording_cpus(path))
     return rep
+
+
+def _usable_cpus(rep: Report, cpus: int | None) -> None:
+    """Where the recorded program could use fewer CPUs than the machine has (an affinity, a container's
+    quota), the judgement counts those (``meta['cpu_cores']``), the machine's stay in
+    ``meta['machine_cpu_cores']``, and the report says so."""
+    machine = rep.meta.get("cpu_cores")
+    if not cpus or (machine and cpus >= machine):
+        return
+    rep.meta["cpu_cores"] = cpus
+    if machine:
+        rep.meta["machine_cpu_cores"] = machine
+        rep.notes.append(f"the program could use {cpus} of the machine's {machine} CPUs (its affinity or its "
+                         f"container's CPU quota): the judgement counts {cpus}")
 
 
 def _load_sqlite(path: Path) -> Report:
