@@ -42,12 +42,64 @@ def test_a_merged_kernel_is_costed_near_the_fixs_own_kernel_in_the_same_trace():
     assert 0.0 < lm.merged_ms / lm.steps < 0.1 * lm.now_ms / lm.steps
 
 
+def test_batching_leaves_of_a_step_about_what_the_fixs_own_trace_shows():
+    """The fix of the 500-add program (one (500, 1024) add a step) profiled as the slow one was, on the
+    same H200 in the same call: 22.0 us a step in its steady window, one pause of 0.24 ms included. The
+    estimate read from the slow variant's trace alone (8.50 ms a step) is within 25 % of what that
+    trace shows, 386x, where keeping each step's edges and the trace's three pauses as recorded gave
+    128x: the time from one step's last launch to the next's first is 40 us there and 12 us in the
+    fix's trace (the cold start after a burst), and the pauses, with nothing traced in them, are
+    interruptions."""
+    slow = labkit.load_report(TINY)
+    a = labkit.advise(slow)
+    top = a.iloc[0]
+    assert top["lever"] == "batch"
+    fix = labkit.load_report(FIXTURES / "known_gpu" / "gpu_tiny_launches_fix.h200.sqlite")
+    w, fw = a.attrs["window"], labkit.advise(fix).attrs["window"]
+    steps = lambda rep, win: int(((rep.nvtx["name"] == "update") & (rep.nvtx["start_ns"] >= win[0])
+                                  & (rep.nvtx["end_ns"] <= win[1])).sum())
+    traced_x = ((w[1] - w[0]) / steps(slow, w)) / ((fw[1] - fw[0]) / steps(fix, fw))
+    assert 350 < traced_x < 420, traced_x
+    assert traced_x / 1.25 <= top["predicted_speedup"] <= traced_x * 1.25, (top["predicted_speedup"], traced_x)
+    lm = _model(slow)
+    assert lm.cold_ms > 0 and lm.interrupted_ms > 0.3, lm
+
+
+def test_a_pause_with_a_call_of_its_own_is_work_not_an_interruption(tmp_path):
+    """The same trace with one OS runtime call of the launching thread written into its longest pause
+    (0.25 ms between two steps): that pause is the program's work, the three pauses are kept as
+    recorded, and the estimate falls back to what keeping them gives."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "tiny.sqlite"
+    shutil.copy(TINY, path)
+    before, was = _model(labkit.load_report(path)), labkit.advise(labkit.load_report(path)).iloc[0]
+    with sqlite3.connect(path) as con:
+        (tid,) = con.execute("SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY globalTid "
+                             "ORDER BY count(*) DESC LIMIT 1").fetchone()
+        ranges = con.execute("SELECT start, end FROM NVTX_EVENTS WHERE eventType = 59 AND end IS NOT NULL "
+                             "ORDER BY start").fetchall()
+        gap, at = max((b[0] - a[1], a[1]) for a, b in zip(ranges, ranges[1:]))
+        name = con.execute("SELECT id FROM StringIds WHERE value = 'write'").fetchone()
+        name = name[0] if name else con.execute("INSERT INTO StringIds (value) VALUES ('write')").lastrowid
+        con.execute("INSERT INTO OSRT_API (start, end, eventClass, globalTid, nameId, returnValue, nestingLevel, "
+                    "callchainId) VALUES (?, ?, 27, ?, ?, 0, 0, 0)", (at + gap // 3, at + gap // 2, tid, name))
+    after, now = _model(labkit.load_report(path)), labkit.advise(labkit.load_report(path)).iloc[0]
+    assert gap > 200_000 and before.interrupted_ms > 0
+    assert after.interrupted_ms == 0 and after.merged_ms > before.merged_ms, (before, after)
+    assert now["lever"] == "batch" and now["predicted_speedup"] < 0.7 * was["predicted_speedup"], (now, was)
+    assert "interruptions" in was["assumptions"] and "interruptions" not in now["assumptions"]
+
+
 def test_a_networks_layers_do_not_merge():
     """The lab's detector on an H100 (pipeline.nsys2025.3): a step's launches are layers, each its own
     shape, with the pipeline's own work between them; merging launches of one kernel and shape leaves
     most of each step where it was."""
     lm = _model(labkit.load_report(FIXTURES / "pipeline.nsys2025.3.sqlite"))
     assert lm is not None and lm.merged_ms > 0.8 * lm.now_ms
+    # its launches fill 8 % of its steps: no burst, so no cold start and no pause taken for an interruption
+    assert lm.cold_ms == 0 and lm.interrupted_ms == 0
 
 
 REPORTS = sorted(FIXTURES.rglob("*.sqlite")) + sorted(REFERENCE.rglob("*.sqlite"))

@@ -139,7 +139,24 @@ def _fewer_launches(ev: Evidence, after_ms: float, gpu_ms: float) -> tuple[float
         return None
     saves = min(max(lm.now_ms - after_ms, 0.0), float(mine.iloc[0]))
     others = ev.acc.floor_ms(without_thread=lm.global_tid, gpu=False)
-    return launches.speedup(ev.wall_ms, float(mine.iloc[0]) - saves, others, gpu_ms), saves
+    between = min(lm.between_ms, float(t.loc[t["global_tid"] == lm.global_tid, "untraced_ms"].iloc[0]))
+    return launches.speedup(ev.wall_ms, float(mine.iloc[0]) - saves, others, gpu_ms), saves + between
+
+
+def _cold_text(lm) -> str:
+    """What the launch model takes off a step's edges, in words (labkit.judge.launches)."""
+    if lm.cold_ms <= 0:
+        return ""
+    return (f", less the cold start after a burst of launches ({lm.cold_ms:.2f} ms in all: the typical time from one "
+            "step's last launch to the next's first beyond one launch, which grows with the launches a step holds)")
+
+
+def _pauses_text(lm) -> str:
+    """How the launch model took the pauses it took for interruptions, in words."""
+    if lm.interrupted_ms <= 0:
+        return ""
+    return (f"; pauses in a few steps with nothing traced in them ({lm.interrupted_ms:.2f} ms) are interruptions, "
+            "which keep their share of the time rather than their time")
 
 
 def _many_a_step(ev: Evidence) -> bool:
@@ -179,9 +196,10 @@ def low_utilization(ev: Evidence) -> list[dict]:
     r = row("gpu_low_utilization", "The GPU's SMs are idle most of the time", text + _steps_text(ev), "batch",
             fewer[0], "estimate",
             f"each step's launches of one kernel at one shape become one launch doing their work (independent work, as a "
-            f"batch): a step keeps its work before its first launch and after its last and pays one launch a "
-            f"kernel and shape ({lm.now_ms:.1f} ms of steps become {lm.merged_ms:.1f} ms); {lm.waves} "
-            f"({lm.gpu_now_ms:.1f} ms of kernels become {lm.gpu_merged_ms:.2f} ms); the other threads keep their times")
+            f"batch): a step keeps its work before its first launch and after its last{_cold_text(lm)} and pays one "
+            f"launch a kernel and shape ({lm.now_ms:.1f} ms of steps become {lm.merged_ms:.1f} ms); {lm.waves} "
+            f"({lm.gpu_now_ms:.1f} ms of kernels become {lm.gpu_merged_ms:.2f} ms){_pauses_text(lm)}; the other threads keep "
+            "their times")
     r.update(touch_ms=fewer[1], gpu_ms=lm.gpu_merged_ms)
     return [r]
 
@@ -211,8 +229,9 @@ def launch_bound(ev: Evidence) -> list[dict]:
     r = row("launch_bound", "Many tiny kernels: the run is launch-bound", text + _steps_text(ev), "cuda_graphs",
             fewer[0], "estimate",
             f"one graph launch replays a step's launches (the same shapes every step): a step keeps its work "
-            f"before its first launch and after its last and pays one launch ({lm.now_ms:.1f} ms of steps become "
-            f"{lm.graphed_ms:.1f} ms); the kernels keep their measured times; the other threads keep theirs")
+            f"before its first launch and after its last{_cold_text(lm)} and pays one launch ({lm.now_ms:.1f} ms of steps become "
+            f"{lm.graphed_ms:.1f} ms){_pauses_text(lm)}; the kernels keep their measured times; the other threads keep "
+            "theirs")
     r.update(touch_ms=fewer[1], gpu_ms=ev.sm_ms)
     return [r]
 
