@@ -343,7 +343,8 @@ def usable_cpus(fs: str | os.PathLike = "/") -> int | None:
         v2 = parts[0] == "0" and parts[1] == ""
         if not v2 and "cpu" not in parts[1].split(","):
             continue
-        mounts = [root / "sys/fs/cgroup"] if v2 else [root / "sys/fs/cgroup" / parts[1], root / "sys/fs/cgroup/cpu"]
+        mounts = [root / "sys/fs/cgroup"] if v2 else list(dict.fromkeys([root / "sys/fs/cgroup" / parts[1],
+                                                                         root / "sys/fs/cgroup/cpu"]))
         rel = Path(parts[2].lstrip("/"))
         for base in mounts:
             for sub in [rel, *rel.parents]:  # its own cgroup, then each above it (inside a container: "/")

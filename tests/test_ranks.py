@@ -226,6 +226,11 @@ def test_profile_ranks_under_torchrun(tmp_path):
     reps = profile_ranks(cmd, nproc=2, name="t", outdir=tmp_path)
     assert reps.ranks == [0, 1]
     assert sorted(p.name for p in tmp_path.glob("t_*.nsys-rep")) == ["t_0.nsys-rep", "t_1.nsys-rep"]
+    # the CPUs the ranks could use are noted beside each rank's report, as labkit.profile notes its own
+    from labkit.env import usable_cpus
+    from labkit.record.nsys import recording_facts
+
+    assert [recording_facts(tmp_path / f"t_{r}.nsys-rep") for r in (0, 1)] == [([], usable_cpus())] * 2
     got = reps.nvtx_summary().set_index(["rank", "name"])["instances"].to_dict()
     assert got == {(r, s): n for r in (0, 1) for s, n in STAGES.items()}
     assert reps.imbalance().set_index("stage").loc["compute", "slowest_rank"] == 1

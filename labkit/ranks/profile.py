@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from labkit.record.nsys import START_TRIES, TRACE, _start_race
-from labkit.env import find_nsys, reports_dir
+from labkit.env import find_nsys, reports_dir, usable_cpus
 from labkit.errors import LabkitError, check_writable, output_tail
 from labkit.paths import check_name, nsys_output
 from labkit.ranks.reports import Reports, RanksError, load_reports, rank_from_name
@@ -117,7 +117,7 @@ def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=TRACE,
     Raises: NsysNotFoundError, ReportExistsError, RankFailedError (naming the failed rank and its
         error line), NsysError.
     """
-    from labkit.record.nsys import PROFILE_SPACE, ReportExistsError, profile_command
+    from labkit.record.nsys import PROFILE_SPACE, ReportExistsError, note_ranks_report, profile_command
     from labkit.record.tool import NsysError, NsysNotFoundError
     from labkit.record.export import export_sqlite
 
@@ -146,6 +146,7 @@ def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=TRACE,
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
             f"--log-dir={log_dir}", "--tee=3", *torchrun_args, "--no-python", *nsys_argv]
     run_env = {**os.environ, **(env or {})}
+    cpus = usable_cpus()  # what the ranks can use (they inherit this process's affinity and cgroup)
     t0 = time.monotonic()
     for attempt in range(START_TRIES):  # nsys's start-up race (sem_open) under load: start again
         with open(log, "w" if attempt == 0 else "a") as logf:
@@ -192,5 +193,7 @@ def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=TRACE,
     if missing:
         raise NsysError(f"nsys wrote no {missing[0].name} (does this nsys expand %q{{RANK}}? 2022.4 and newer do); "
                         f"its output (full log: {log}):\n{output_tail(output)}")
+    for p in reps:
+        note_ranks_report(p, cpus)  # the CPUs the ranks could use, tied to each report as record ties its own
     dbs = [export_sqlite(p, nsys=exe) for p in reps]
     return load_reports(dbs, scheduler=scheduler, frames=frames)

@@ -285,6 +285,14 @@ def _write_note(logf, rep: Path, status: int, interrupted: int, cpus: int | None
     logf.flush()
 
 
+def note_ranks_report(rep: Path, cpus: int | None) -> None:
+    """Write the note of a rank's report that ran to its end, as :func:`record` writes its own, as the
+    last line of the log beside it (``NAME_<rank>.log``; appended to, where there is one): the ranks of
+    :func:`labkit.ranks.profile.profile_ranks` share torchrun's log, and the CPUs they could use count."""
+    with open(Path(rep).with_suffix(".log"), "a") as logf:
+        _write_note(logf, Path(rep), 0, 0, cpus)
+
+
 def _last_note(rep_path) -> dict:
     """The last note of the log :func:`record` wrote beside ``rep_path``, where it is of this very report
     (else empty: a report labkit did not record, or one replaced since)."""
@@ -299,10 +307,20 @@ def _last_note(rep_path) -> dict:
     return note if note.get("report") == f"{ident['size']}:{ident['sha256']}" else {}
 
 
+def recording_facts(rep_path) -> tuple[list[str], int | None]:
+    """(:func:`recording_notes`, :func:`recording_cpus`) of a report, its log read once."""
+    note = _last_note(rep_path)
+    return _notes(note), _cpus(note)
+
+
 def recording_cpus(rep_path) -> int | None:
     """How many CPUs the recorded program could use (its affinity and container quota, as
     :func:`labkit.env.usable_cpus` read them when it started), where labkit recorded the report."""
-    n = _last_note(rep_path).get("cpus", "")
+    return _cpus(_last_note(rep_path))
+
+
+def _cpus(note: dict) -> int | None:
+    n = note.get("cpus", "")
     return int(n) if re.fullmatch(r"[1-9][0-9]{0,4}", n) else None
 
 
@@ -311,7 +329,10 @@ def recording_notes(rep_path) -> list[str]:
     the run was interrupted, so the report covers only part of it. Read from the last line of
     the log :func:`record` wrote beside it; empty for a whole run, a report labkit did not
     record, or one replaced since."""
-    note = _last_note(rep_path)
+    return _notes(_last_note(rep_path))
+
+
+def _notes(note: dict) -> list[str]:
     if not note:
         return []
     try:

@@ -329,10 +329,11 @@ def load_report(path, *, nsys: str | None = None) -> Report:
 
         rep.meta["capture_nsys_version"] = export.report_version(path)
     if path.with_suffix(".log").exists() and path.with_suffix(".nsys-rep").exists():
-        from labkit.record.nsys import recording_cpus, recording_notes  # labkit recorded it
+        from labkit.record.nsys import recording_facts  # labkit recorded it
 
-        rep.notes.extend(recording_notes(path))  # a killed or interrupted run says so
-        _usable_cpus(rep, recording_cpus(path))
+        notes, cpus = recording_facts(path)
+        rep.notes.extend(notes)  # a killed or interrupted run says so
+        _usable_cpus(rep, cpus)
     return rep
 
 
