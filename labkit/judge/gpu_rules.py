@@ -134,13 +134,13 @@ def _fewer_launches(ev: Evidence, after_ms: float, gpu_ms: float) -> tuple[float
     SMs ``gpu_ms``: the window over the largest of that thread, the other threads and the SMs."""
     lm = ev.launches
     t = ev.acc.threads
-    mine = t.loc[t["global_tid"] == lm.global_tid, "busy_ms"]
+    mine = t[t["global_tid"] == lm.global_tid]
     if not len(mine):
         return None
-    saves = min(max(lm.now_ms - after_ms, 0.0), float(mine.iloc[0]))
+    busy, untraced = float(mine["busy_ms"].iloc[0]), float(mine["untraced_ms"].iloc[0])
+    saves = min(max(lm.now_ms - after_ms, 0.0), busy)
     others = ev.acc.floor_ms(without_thread=lm.global_tid, gpu=False)
-    between = min(lm.between_ms, float(t.loc[t["global_tid"] == lm.global_tid, "untraced_ms"].iloc[0]))
-    return launches.speedup(ev.wall_ms, float(mine.iloc[0]) - saves, others, gpu_ms), saves + between
+    return launches.speedup(ev.wall_ms, busy - saves, others, gpu_ms), saves + min(lm.between_ms, untraced)
 
 
 def _cold_text(lm) -> str:

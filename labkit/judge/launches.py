@@ -21,9 +21,10 @@ launches (they fill at least :data:`BURST` of them):
   loop's), are the OS's, a collector's or the profiler's: they keep their share of the thread's time
   rather than their time. Work that recurs that rarely and traces nothing would be taken for one.
 
-With each step's launches of one kernel at one launch shape merged into one (``batch``: copies of one operation on like-sized data, as a batch makes them;
-a network's layers, each its own shape, stay apart), a step keeps that work and pays one launch per
-kernel and shape; replayed as one CUDA graph (``cuda_graphs``), it pays one launch in all.
+With each step's launches of one kernel at one launch shape merged into one (``batch``: copies of one
+operation on like-sized data, as a batch makes them; a network's layers, each its own shape, stay
+apart), a step keeps that work and pays one launch per kernel and shape; replayed as one CUDA graph
+(``cuda_graphs``), it pays one launch in all.
 
 On the GPU. A graph's kernels keep their times. A merged kernel runs its parts' threads together, in
 as many waves of the device as they fill (SMs x warps per SM x threads per warp, from the report's
@@ -152,33 +153,29 @@ def _boundaries(st, en, lo, hi, head, tail, per: float):
     return cold, pause, within
 
 
-def _quiet(rep, gtid: int, span: tuple[int, int], x0: np.ndarray, x1: np.ndarray, steps: int) -> bool:
-    """Whether the thread ``gtid`` traced nothing of its own in any of the intervals ``[x0, x1]``: no
-    CUDA call, OS runtime call or NVTX range or mark, but the loop's: launches, what is called at least
-    once every other launch (``cuKernelGetName`` with each of PyTorch's) and the NVTX events named as
-    one at least every other step (the steps, a count mark in each), counted over the ``steps`` steps'
-    ``span``."""
+def _quiet(rep, mine: pd.DataFrame, span: tuple[int, int], x0: np.ndarray, x1: np.ndarray, steps: int) -> bool:
+    """Whether the thread that made the launches ``mine`` traced nothing of its own in any of the
+    intervals ``[x0, x1)``: no CUDA call, OS runtime call or NVTX range or mark, but the loop's: its
+    launches, what is called at least once every other launch (``cuKernelGetName`` with each of
+    PyTorch's) and the NVTX events named as one at least every other step (the steps, a count mark in
+    each), counted over the ``steps`` steps' ``span``."""
     lo, hi = span
+    gtid = int(mine["global_tid"].iloc[0])
     api = rep.cuda_api
-    api = api[(api["global_tid"] == gtid) & (api["end_ns"] > lo) & (api["start_ns"] < hi)]
-    launch = api["name"].astype(str).str.contains("Launch", regex=False)
-    calls = [api[~launch & (api["name"].map(api["name"].value_counts()) < 0.5 * int(launch.sum()))]]
+    api = api[(api["global_tid"] == gtid) & (api["end_ns"] > lo) & (api["start_ns"] < hi) & ~api.index.isin(mine.index)]
+    launched = int(((mine["end_ns"] > lo) & (mine["start_ns"] < hi)).sum())
+    calls = [api[api["name"].map(api["name"].value_counts()) < 0.5 * launched]]
     if len(rep.osrt):
         os_ = osrt_calls(rep.osrt)
         calls.append(os_[os_["global_tid"] == gtid])
+    for c in calls:
+        held = idle.busy_intervals(c["start_ns"].to_numpy(), c["end_ns"].to_numpy())
+        if (idle.covered_before(held, x1) > idle.covered_before(held, x0)).any():
+            return False
     nv = rep.nvtx
     nv = nv[(nv["global_tid"] == gtid) & (nv["start_ns"] >= lo) & (nv["start_ns"] <= hi)]
-    nv = nv[nv["name"].map(nv["name"].value_counts()) < 0.5 * steps]
-    calls.append(nv.assign(end_ns=nv["start_ns"]))  # an NVTX event counts where it begins
-    for c in calls:
-        if not len(c):
-            continue
-        c = c.sort_values("start_ns")
-        cs, ce = c["start_ns"].to_numpy(), np.maximum.accumulate(c["end_ns"].to_numpy())
-        i = np.searchsorted(cs, x1, side="left")  # the calls begun before each interval's end
-        if (ce[np.maximum(i - 1, 0)][i > 0] >= x0[i > 0]).any():
-            return False
-    return True
+    begun = np.sort(nv.loc[nv["name"].map(nv["name"].value_counts()) < 0.5 * steps, "start_ns"].to_numpy())
+    return not (np.searchsorted(begun, x1, side="left") > np.searchsorted(begun, x0, side="left")).any()
 
 
 def launch_steps(rep, window: tuple[int, int], stages) -> Launches | None:
@@ -219,7 +216,7 @@ def launch_steps(rep, window: tuple[int, int], stages) -> Launches | None:
     per = float(np.median(gaps[inner]))
     call = float(np.median(en - st))
     # a pause several typical launches long is other work: it stays, less the launch it holds
-    long = inner & np.r_[gaps > PAUSE * per]
+    long = inner & (gaps > PAUSE * per)
     kept = np.bincount(step[1:][long], weights=gaps[long] - per, minlength=len(s))
     head, tail = (st[lo] - s).astype("float64"), np.maximum(e - en[hi - 1], 0).astype("float64")
     cold, pause, within = _boundaries(st, en, lo, hi, head, tail, per)
@@ -232,7 +229,7 @@ def launch_steps(rep, window: tuple[int, int], stages) -> Launches | None:
         at = np.flatnonzero(pause > 0)
         x0 = np.r_[en[:-1][long], en[hi[at - 1] - 1]]
         x1 = np.r_[st[1:][long], st[lo[at]]]
-        if _quiet(rep, gtid, (s[0], e[-1]), x0, x1, len(s)):  # interruptions: they keep their share of the time
+        if _quiet(rep, mine, (s[0], e[-1]), x0, x1, len(s)):  # interruptions: they keep their share of the time
             interrupted = float(kept.sum() + pause.sum())
             share = interrupted / float(e[-1] - s[0])
             kept = np.zeros(len(s))
