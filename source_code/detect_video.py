@@ -47,21 +47,25 @@ def main(argv: list[str] | None = None) -> int:
 
     world = distributed.World.from_env()  # under torchrun: this rank; rank 0 alone writes the results
 
-    def fail(message: str, code: int) -> int:
-        print(f"{PROG}: error: {message}", file=sys.stderr)
+    def record(message: str) -> None:
         if world.rank == 0 and checks.results_writable(cfg):  # never over a file that is not ours, nor an input
             try:
                 write_results(cfg.results, {"status": "failed", "error": message,
                                              "config": dict(vars(cfg))})
             except OSError:
-                pass  # the one line above already says what went wrong
+                pass  # the one line fail() prints already says what went wrong
+
+    def fail(message: str, code: int) -> int:
+        sys.stderr.write(f"{PROG}: error: {message}\n")  # one write: ranks that fail alike print whole lines
+        record(message)
         return code
 
     try:
         if cfg.threads:
             import torch
             torch.set_num_threads(cfg.threads)
-        doc = distributed.run(cfg, world, run_pipeline) if world.size > 1 else run_pipeline(cfg)
+        # under torchrun rank 0 records a failure before any rank leaves (torchrun then stops them all)
+        doc = distributed.run(cfg, world, run_pipeline, record) if world.size > 1 else run_pipeline(cfg)
         if doc is None:  # a rank other than 0: rank 0 reports the run
             return 0
         if cfg.results:

@@ -9,10 +9,11 @@ sets ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE``. With ``WORLD_SIZE`` > 1:
   has a GPU per rank; ranks share the GPUs there are when it has fewer; the CPU without one);
   only rank 0 keeps ``--results`` and the output video;
 - ``torch.distributed`` (NCCL when every rank has a GPU of its own; gloo on the CPU and when
-  ranks share a GPU, which NCCL refuses) runs two collectives, each under a short timeout
+  ranks share a GPU, which NCCL refuses) runs two collectives (three after a failure), each under a short timeout
   (``COLLECTIVE_TIMEOUT_S``) so that no rank hangs: every rank says it is ready just before its first frame (the
   measured windows start together, or every rank stops when one failed), and every rank sends
-  its figures, or its error line, to rank 0 at the end;
+  its figures, or its error line, to rank 0 at the end; after a failure they meet once more, once
+  rank 0 has written it to the results file (torchrun stops every rank when one exits with an error);
 - rank 0 merges them (``merge``): ``ranks``, ``per_rank`` (rank, host, device, frames, fps and
   its interval, latency, stages), the aggregate ``frames`` and ``fps`` (every rank's timed frames
   over the common measured window, from the first rank's start to the last rank's end) with its
@@ -141,7 +142,7 @@ def _failure(r: int, state: dict) -> RankFailed:
 
 
 class Rank:
-    """This rank's side of the two collectives; ``run_pipeline(..., rank=)`` calls ``start`` and ``finished``."""
+    """This rank's side of the collectives; ``run_pipeline(..., rank=)`` calls ``start`` and ``finished``."""
 
     def __init__(self, world: World, collectives: Any):
         self.world = world
@@ -175,12 +176,29 @@ class Rank:
         self.part = {"window_ns": sink.window_ns(), "latency_ms": list(sink.latency_ms),
                      "sequence": (gt, sink.dets, sink.tracks, n0) if gt else None}
 
+    def leave(self) -> None:
+        """Wait until every rank is here (rank 0 has written the failure) before this one exits with
+        its error; where the others do not answer, leave anyway."""
+        with contextlib.suppress(PipelineError):
+            self._all({})
+
     def gather(self, doc: dict | None, error: PipelineError | None = None) -> list[dict]:
         """Every rank's part (its results document and figures, or its own error) at every rank."""
         if not self.started:  # failed before its first frame: still meet the others at the start
             self.start(error)
         mine = _state(error) if error else {"doc": doc, **self.part}
         return self._all({"rank": self.world.rank, "host": socket.gethostname(), **mine})
+
+
+def _outcome(error: PipelineError | None, parts: list[dict]) -> PipelineError | None:
+    """The error this rank ends with, once every rank's part is in: its own, else the first failed
+    rank's, else the failure it heard of; None when every rank finished."""
+    if error is not None and not isinstance(error, RankFailed):
+        return error
+    failed = [p for p in parts if p.get("error")]
+    if failed:
+        return _failure(failed[0]["rank"], failed[0])
+    return error
 
 
 def _state(error: PipelineError | None) -> dict:
@@ -212,36 +230,44 @@ def process_group(world: World, device: str, backend: str | None = None) -> Iter
             dist.destroy_process_group()
 
 
-def run(cfg: Any, world: World, run_pipeline: Callable[..., dict]) -> dict | None:
+def run(cfg: Any, world: World, run_pipeline: Callable[..., dict],
+        on_failure: Callable[[str], None] | None = None) -> dict | None:
     """Run this rank's share of ``cfg``; rank 0 returns the merged results document, the others None.
 
-    Raises PipelineError: this rank's own error (``rank R: ...``), else the first failed rank's
-    error line (``rank R failed: ...``; on rank 0, which writes it to the results file)."""
-    local = shard(cfg, world)
+    Raises PipelineError: this rank's own error (``rank R: ...``; one that every rank finds alike,
+    too few sources for the ranks, without the prefix), else the first failed rank's error line
+    (``rank R failed: ...``). Rank 0 passes that line to ``on_failure`` (main writes it to the
+    results file) before any rank leaves: torchrun stops every rank once one exits with an error,
+    and a rank 0 still starting when a fast rank 1 had failed and exited wrote no results file (1 in
+    4 runs with one source for two ranks on the 2-core VM)."""
     where = placement(cfg.device, world, _gpu_count(cfg.device))
-    with process_group(world, local.device, where.backend) as dist:
+    with process_group(world, where.device, where.backend) as dist:
         rank = Rank(world, dist)
         error, doc = None, None
         try:
-            doc = run_pipeline(local, rank=rank)
-        except PipelineError as e:
-            mine = not isinstance(e, RankFailed) and not rank.broken
-            error = PipelineError(f"rank {world.rank}: {e}", e.exit_code) if mine else e
-        except Exception as e:  # noqa: BLE001 - the other ranks must hear of it before it is reported
-            error = PipelineError(f"rank {world.rank}: {first_line(e)}", EXIT_FAILED)
+            local = shard(cfg, world)
+        except PipelineError as e:  # the same on every rank: they meet, and stop together
+            error = e
+        else:
+            try:
+                doc = run_pipeline(local, rank=rank)
+            except PipelineError as e:
+                mine = not isinstance(e, RankFailed) and not rank.broken
+                error = PipelineError(f"rank {world.rank}: {e}", e.exit_code) if mine else e
+            except Exception as e:  # noqa: BLE001 - the other ranks must hear of it before it is reported
+                error = PipelineError(f"rank {world.rank}: {first_line(e)}", EXIT_FAILED)
         if rank.broken:  # the start never completed: no second wait
             raise error
         try:
             parts = rank.gather(doc, error)
         except PipelineError as e:  # the others did not answer: this rank's own error first, if it had one
             raise error or e from None
-    if error is not None and not isinstance(error, RankFailed):
-        raise error
-    failed = [p for p in parts if p.get("error")]
-    if failed:
-        raise _failure(failed[0]["rank"], failed[0])
-    if error is not None:
-        raise error
+        failure = _outcome(error, parts)
+        if failure is not None:
+            if world.rank == 0 and on_failure is not None:
+                on_failure(str(failure))
+            rank.leave()
+            raise failure
     if world.rank != 0:
         return None
     doc = merge(parts, cfg)

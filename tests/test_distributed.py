@@ -25,8 +25,8 @@ def clip(tmp_path_factory):
     return Path(video)
 
 
-def _torchrun(nproc: int, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", str(APP),
+def _torchrun(nproc: int, args: list[str], cwd: Path, script: Path = APP) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", str(script),
             *args]
     return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=300)
 
@@ -100,6 +100,21 @@ def test_more_ranks_than_sources_is_one_line(clip, tmp_path):
     assert line in r.stderr
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["status"] == "failed" and doc["error"].startswith("1 source(s) for 2 ranks")
+
+
+def test_rank_0_late_to_start_still_writes_the_failure_every_rank_found(clip, tmp_path):
+    """Every rank finds one source too few for two ranks; rank 1, the faster to start, exited with its
+    error, torchrun stopped rank 0 before it had written the results file, and there was none (1 in 4
+    runs on the 2-core VM; CI of 2026-11-30). Here rank 0 starts 2 s late, the application itself
+    unchanged: the ranks meet, rank 0 writes the failure, then they leave."""
+    late = tmp_path / "late_rank0.py"
+    late.write_text("import os, runpy, sys, time\n"
+                    "if os.environ.get('RANK') == '0':\n    time.sleep(2)\n"
+                    f"sys.argv[0] = {str(APP)!r}\nrunpy.run_path({str(APP)!r}, run_name='__main__')\n")
+    r = _torchrun(2, ["--input", str(clip), "--results", "r.json", *SMALL], tmp_path, script=late)
+    assert r.returncode != 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["status"] == "failed" and doc["error"].startswith("1 source(s) for 2 ranks"), doc["error"]
 
 
 def test_a_failing_rank_fails_the_run_with_its_line(clip, tmp_path):
