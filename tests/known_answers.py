@@ -36,10 +36,11 @@ widened by the measurement's own noise (see :func:`measure`) where the machine w
 BOUND_SLACK = 1.05
 """A bound passes while measured <= bound x 1.05 (the CPU baseline's spread over 3 repeats: 3.9 %)."""
 PROFILES = 3
-"""Profiles of a program whose first verdict failed (:func:`check`): on the loaded 2-core CI VM a
-consumer's 5 ms stage read 5.3 ms in one profile of poll_consumer, and the producer's bound fell from
-3.99x to 3.70x against 3.89x measured; with four busy loops beside it here, 3.56x-4.00x over four
-profiles (2026-11-30)."""
+"""Profiles of a program whose first verdict failed (:func:`check`): on the loaded 2-core CI VM one
+profile of poll_consumer left 195 of its 723 ms once 'produce' cost nothing (the consumer's 36 items
+of 5 ms: 181-187 ms in profiles here), and the producer's bound read 3.70x against 3.89x measured;
+with four busy loops beside it here, four profiles gave 3.56x-4.00x, their 'consume' ranges 5.0-5.6
+ms on average (2026-11-30)."""
 NOISE = 1.05
 """The control program passes when no finding predicts more than this (labkit's MIN_GAIN)."""
 

@@ -146,10 +146,10 @@ def peer_polls(rep) -> pd.Index:
     (:func:`_continued`: a check descheduled between two naps split them); its loops that no peer
     ended stay latency.
 
-    Both mends are for a loaded machine (two cores, four threads ready): in ``poll_consumer`` a
-    check waited 2.5 ms for the GIL while the producer ended its range, and a check descheduled for
-    0.8 ms cut a loop of 17 ms in two; each time a loop of 10-15 ms had read as the consumer's
-    latency, and the producer's bound fell from 3.99x to 3.70x (3.89x measured, CI of 2026-11-30).
+    Both mends are for a loaded machine (busy loops beside the program on two cores): in
+    ``poll_consumer`` a check waited 2.5 ms for the GIL while the producer ended its range, and a
+    check descheduled for 0.8 ms cut a loop of 17 ms in two; each time a loop of 10-15 ms had read as
+    the consumer's latency, 5-7 % of its own time (tests/fixtures/known_loaded).
     """
     o = blocking_osrt(rep)
     if len(o) == 0:
