@@ -111,6 +111,13 @@ def _waited_on(events: pd.DataFrame, mine, lo: np.ndarray, hi: np.ndarray,
     return ended, (np.unique(np.concatenate(acts)) if acts else np.zeros(0, np.int64))
 
 
+def _quiet(lo: np.ndarray, hi: np.ndarray, bounds: np.ndarray, calls: np.ndarray) -> np.ndarray:
+    """Whether nothing of a thread's own falls strictly inside each gap (lo, hi): no range starts or
+    ends (``bounds``, sorted) and no other call starts (``calls``, sorted)."""
+    return ((np.searchsorted(bounds, hi, side="left") == np.searchsorted(bounds, lo, side="right")) &
+            (np.searchsorted(calls, hi, side="left") == np.searchsorted(calls, lo, side="right")))
+
+
 def _polls(naps: pd.DataFrame, calls: np.ndarray, bounds: np.ndarray, locks: Intervals | None = None) -> np.ndarray:
     """For one thread's sleeps (sorted by start), the id of the polling loop each belongs to (-1: a
     single nap, no loop): consecutive naps with a short gap (:data:`POLL_GAP`; the time in ``locks``,
@@ -123,9 +130,7 @@ def _polls(naps: pd.DataFrame, calls: np.ndarray, bounds: np.ndarray, locks: Int
     if locks is not None and len(locks[0]):
         gap = gap - (covered_before(locks, s[1:]) - covered_before(locks, e[:-1]))
     nap = np.minimum(e[:-1] - s[:-1], e[1:] - s[1:])
-    quiet = (np.searchsorted(bounds, s[1:], side="left") == np.searchsorted(bounds, e[:-1], side="right")) & \
-            (np.searchsorted(calls, s[1:], side="left") == np.searchsorted(calls, e[:-1], side="right"))
-    linked = (gap >= 0) & (gap <= POLL_GAP * nap) & quiet
+    linked = (gap >= 0) & (gap <= POLL_GAP * nap) & _quiet(e[:-1], s[1:], bounds, calls)
     loop = np.r_[0, np.cumsum(~linked)]  # naps of one loop share a number
     size = np.bincount(loop)
     return np.where(size[loop] >= 2, loop, -1)
@@ -202,10 +207,7 @@ def _continued(ended: np.ndarray, s: np.ndarray, e: np.ndarray, bounds: np.ndarr
     range starts or ends, ``bounds``; no other call, ``calls``): it had not found what it polled for
     and polled on, the gap a check descheduled on a loaded machine, which split one loop in two."""
     out = ended.copy()
-    gap_s, gap_e = e[:-1], s[1:]
-    quiet = (np.searchsorted(bounds, gap_e, side="left") == np.searchsorted(bounds, gap_s, side="right")) & \
-            (np.searchsorted(calls, gap_e, side="left") == np.searchsorted(calls, gap_s, side="right"))
-    goes_on = quiet & (gap_e - gap_s <= READ_SLACK_NS)
+    goes_on = _quiet(e[:-1], s[1:], bounds, calls) & (s[1:] - e[:-1] <= READ_SLACK_NS)
     for k in range(len(out) - 2, -1, -1):  # from the last: a chain of splits takes its end's verdict
         out[k] |= goes_on[k] and out[k + 1]
     return out
