@@ -247,7 +247,8 @@ def _summary_many(p: argparse.ArgumentParser, args, what: list[str]) -> int:
 
 
 def cli_profile(argv: list[str]) -> int:
-    """``python -m labkit profile [--name N] [--outdir D] [--trace T] [--capture-range R] [--overwrite] -- CMD``."""
+    """``python -m labkit profile [--name N] [--outdir D] [--trace T] [--capture-range R] [--overwrite]
+    [--timeout S] -- CMD``."""
     from labkit.stats import summaries
     from labkit.env import reports_dir
     from labkit.report.load import profile
@@ -260,6 +261,8 @@ def cli_profile(argv: list[str]) -> int:
     p.add_argument("--capture-range", default=None,
                    help="cudaProfilerApi, or an NVTX range name that starts the capture")
     p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="stop the run after S seconds (nsys writes what it has) and fail")
     p.add_argument("--summary", choices=("nvtx", "kernels", "none"), default="nvtx",
                    help="summary printed afterwards")
     p.add_argument("command", nargs=argparse.REMAINDER)
@@ -275,7 +278,7 @@ def cli_profile(argv: list[str]) -> int:
     name = args.name if args.name is not None else Path(cmd[1] if is_python else cmd[0]).stem  # "": refused
     try:
         rep = profile(cmd, name=name, trace=args.trace.split(","), outdir=args.outdir,
-                      capture_range=args.capture_range, overwrite=args.overwrite)
+                      capture_range=args.capture_range, overwrite=args.overwrite, timeout_s=args.timeout)
     except LabkitError as exc:
         print(f"labkit: {exc}", file=sys.stderr)
         return 1

@@ -75,6 +75,25 @@ def test_the_verdict_of_several_profiles_is_the_median_predictions():
 
 
 @pytest.mark.nsys
+def test_a_profile_that_hangs_at_exit_is_stopped_and_taken_again(tmp_path):
+    """nsys 2022.4 now and then never returns from a program that has done its work (CI run N: 19
+    minutes). The harness stops a profile past its limit and takes it once more; a program that
+    hangs at exit on its first run only (a thread nobody ends) gives the second run's report."""
+    script = tmp_path / "hangs_once.py"
+    mark = tmp_path / "hung"
+    script.write_text("import pathlib, threading\nfrom labkit import annotate\n"
+                      "with annotate.range('work'):\n    sum(range(10**5))\n"
+                      f"mark = pathlib.Path({str(mark)!r})\n"
+                      "if not mark.exists():\n    mark.touch()\n"
+                      "    threading.Thread(target=threading.Event().wait).start()\n")
+    prog = ka.Program(name="hangs_once", script=str(script), levers=(), stage=None, expected_x=1.0)
+    rep = ka.profile(prog, tmp_path / "out", timeout_s=20)  # a profile takes 2-3 s here
+    assert mark.exists()  # the first profile hung and was stopped
+    assert rep.meta["profile_wall_s"] < 20  # the report is the second run's, which ended by itself
+    assert list(rep.nvtx["name"]) == ["work"]
+
+
+@pytest.mark.nsys
 def test_a_range_nested_in_a_stages_call_is_that_stages_work(tmp_path):
     """batched_every_item's ``detect`` calls each hold a nested ``setup`` range (24 of the 48 ms of
     the call, by construction), which is no stage of its own: the what-if model counts its time as

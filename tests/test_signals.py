@@ -1,6 +1,7 @@
 """Issue 33, signals: SIGTERM and SIGHUP to labkit while it runs a child are handled as Ctrl-C:
 nsys stops the program and writes what it recorded, labkit says so in one line, and nothing is
-left behind (no 0-byte report that blocks a retry, no child still running). Real nsys."""
+left behind (no 0-byte report that blocks a retry, no child still running). A profile's time limit
+stops it the same way. Real nsys."""
 from __future__ import annotations
 
 import os
@@ -49,6 +50,35 @@ def test_profile_keeps_the_report_on_sigterm_and_sighup(tmp_path, sig):
     assert f"stopped by {sig.name}" in lines[0] and "kept" in lines[0]
     rep = tmp_path / "out" / "run.nsys-rep"
     assert rep.exists() and rep.stat().st_size > 0  # the report nsys could finish
+    assert not list(tmp_path.glob("nsys-report-*.qdstrm"))
+
+
+@pytest.mark.nsys
+@pytest.mark.skipif(not NSYS, reason="nsys not installed (scripts/install-nsys)")
+def test_a_profile_past_its_time_limit_is_stopped_its_report_kept(tmp_path):
+    # done, then waits at exit for a thread nobody ends: as a program nsys 2022.4 hangs at its exit
+    script = tmp_path / "never_exits.py"
+    script.write_text("import threading\nprint('work done', flush=True)\n"
+                      "threading.Thread(target=threading.Event().wait).start()\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "labkit", "profile", "--name", "run", "--outdir", str(tmp_path / "out"),
+                        "--trace", "osrt", "--timeout", "3", "--summary", "none", "--", sys.executable, str(script)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    took = time.monotonic() - t0
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert p.returncode == 1 and len(lines) == 1, (p.returncode, p.stderr)
+    assert "ran past its 3 s limit" in lines[0] and "the report of the run so far is kept" in lines[0], lines[0]
+    assert took < 3 + 90, took  # stopped, not waited on
+    import psutil
+
+    left = [q for q in psutil.process_iter(["cmdline"]) if str(script) in " ".join(q.info["cmdline"] or ())]
+    assert not left, left
+    import labkit
+
+    rep = labkit.load_report(tmp_path / "out" / "run.nsys-rep")
+    assert "work done" in (tmp_path / "out" / "run.log").read_text()
+    assert len(rep.osrt)  # the run so far, as recorded
     assert not list(tmp_path.glob("nsys-report-*.qdstrm"))
 
 

@@ -244,7 +244,7 @@ def _run_profiled(cmd: list[str], *, name: str, step: str, results_dir: Path, pr
                                                             time.perf_counter() - t0)
         # nsys passes the application's exit status through, so a failing app lands here
         rec = nsys.record(cmd + ["--results", str(results)], name=name, outdir=profile_dir,
-                          env=dict(env or {}), progress=progress, capture_range=capture_range)
+                          env=dict(env or {}), progress=progress, capture_range=capture_range, timeout_s=timeout)
         export.export_sqlite(rec.nsys_rep, nsys=rec.nsys, progress=progress)  # analyses read the export
     except tool.NsysNotFoundError:
         raise

@@ -57,7 +57,7 @@ def run(command, *, step: str, repeats: int = 3, warmup: int | None = 5, profile
             ``$LABKIT_REPORTS/results``, ``$LABKIT_REPORTS`` defaulting to ``reports``).
         profile_dir: where the profiled run's report goes (default ``$LABKIT_REPORTS/profiles``).
         env: extra environment variables for the application.
-        timeout: seconds allowed per run.
+        timeout: seconds allowed per run, the profiled one too (nsys stops that one as Ctrl-C does).
         name: file-name stem (default ``<step>-<YYYYmmdd-HHMMSS>``, so nothing is overwritten).
         progress: show progress where it renders (``labkit.progress``: a widget in Jupyter, a line
             on a terminal, nothing in a log).

@@ -30,7 +30,8 @@ from labkit.record.export import report_identity
 from labkit.record.tool import NsysError, NsysNotFoundError, _nsys_or_raise, supports_option
 
 __all__ = ["record", "Recording", "profile_command", "supports_option", "report_identity", "recording_notes", "NsysError",
-           "NsysNotFoundError", "CaptureRangeError", "ProgramFailedError", "ReportExistsError", "PROFILE_SPACE", "TRACE"]
+           "NsysNotFoundError", "CaptureRangeError", "ProgramFailedError", "ProfileTimeoutError", "ReportExistsError",
+           "PROFILE_SPACE", "TRACE"]
 
 PROFILE_SPACE = 64 << 20
 """Free bytes a profile needs before nsys starts, in the report's folder and in the temporary
@@ -47,6 +48,10 @@ argument", H200 device, 2026-11-28); 2022.4 takes it too."""
 
 class ProgramFailedError(NsysError):
     """The profiled program exited with a non-zero status (nsys passes it through)."""
+
+
+class ProfileTimeoutError(NsysError):
+    """The profile ran past the time limit it was given (``timeout_s``); nsys was stopped."""
 
 
 class CaptureRangeError(NsysError):
@@ -124,7 +129,7 @@ def _start_race(output: str) -> bool:
 
 def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", capture_range=None,
            nsys_args: Sequence[str] = (), env: dict | None = None, overwrite: bool = False,
-           progress: bool = True, nsys: str | None = None) -> Recording:
+           progress: bool = True, nsys: str | None = None, timeout_s: float | None = None) -> Recording:
     """Run ``command`` under ``nsys profile``; return the paths written (nothing is loaded).
 
     Args:
@@ -138,9 +143,14 @@ def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", captur
         env: extra environment variables for the program.
         overwrite: replace an existing report of the same name.
         progress: one updating line with the elapsed time (a terminal, or a widget in Jupyter).
+        timeout_s: stop the run (as Ctrl-C does: nsys stops the program and writes what it has) past
+            that many seconds, and raise ProfileTimeoutError; None waits as long as it takes. A limit
+            well over the program's own time guards unattended runs against nsys 2022.4's rare hang
+            at its program's exit.
     Returns: :class:`Recording` (``nsys_rep``, ``log``, ``argv``, ``wall_s``, ``nsys``).
     Raises: NsysNotFoundError, ReportExistsError (also while another run records the same name),
-        CaptureRangeError, ProgramFailedError, NsysError, OutputError (folder not writable, disk full);
+        CaptureRangeError, ProgramFailedError, ProfileTimeoutError, NsysError, OutputError (folder not
+        writable, disk full);
         KeyboardInterrupt after Ctrl-C, once nsys has stopped the program and written what it could.
     """
     argv_cmd = shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
@@ -179,7 +189,7 @@ def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", captur
             except OSError as exc:
                 raise NsysNotFoundError(f"cannot run {exe} ({exc}): install nsys with scripts/install-nsys "
                                         f"or set LABKIT_NSYS") from None
-            interrupted = _wait_with_progress(proc, f"nsys profile {name}", progress)
+            interrupted = _wait_with_progress(proc, f"nsys profile {name}", progress, timeout_s)
             logf.flush()
             output = log.read_text(errors="replace")
             if not (proc.returncode and not interrupted and _start_race(output[start:])
@@ -193,6 +203,11 @@ def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", captur
         written = rep.exists() and rep.stat().st_size > 0
         if written:
             _write_note(logf, rep, proc.returncode, interrupted, cpus)
+    if proc.timed_out:
+        kept = (f"the report of the run so far is kept: {rep}" if written and interrupted == 1 else
+                "nsys did not finish a report and was ended" if interrupted > 1 else "nsys wrote no report")
+        raise ProfileTimeoutError(f"the profile ran past its {timeout_s:g} s limit, so nsys stopped the program; "
+                                  f"{kept}; allow it longer if the program needs that (its output: {log})")
     if interrupted == 1:
         kept = f"the report nsys finished is kept: {rep}" if written else "nsys wrote no report"
         raise KeyboardInterrupt(f"{getattr(proc, 'stopped_by', 'interrupted')}: nsys stopped the program; {kept} "

@@ -21,6 +21,8 @@ __all__ = ["child_setup", "exit_reason", "program_lines", "last_error_line", "wa
 
 UMASK = 0o022
 """The umask every child runs with (nsys 2022.4 gives its program 0000: world-writable files)."""
+REPORT_GRACE_S = 30
+"""Seconds at least that nsys gets to write its report once a run that ran past its time limit is stopped."""
 
 _PR_SET_PDEATHSIG = 1
 
@@ -129,15 +131,38 @@ def signals_as_interrupt(signals=(signal.SIGTERM, signal.SIGHUP)):
             signal.signal(s, h)
 
 
-def wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> int:
+def wait_with_progress(proc: subprocess.Popen, label: str, progress: bool, timeout_s: float | None = None) -> int:
     """Wait for nsys; returns how many times it was interrupted (0, 1, 2). Ctrl-C (or a Jupyter
     interrupt) hands nsys one SIGINT, on which it stops the program and writes the report; a
     second Ctrl-C kills nsys, its agent and the program, and deletes the agent's .qdstrm. Every
-    process nsys started is ended before this returns."""
+    process nsys started is ended before this returns.
+
+    ``timeout_s``: past that many seconds the run is stopped as by a first Ctrl-C, and where nsys
+    has not finished the report as long again later (at least :data:`REPORT_GRACE_S`), as by a
+    second; ``proc.timed_out`` then says so (nsys 2022.4 now and then hangs at its program's
+    exit: the program done, nsys waiting on it for ever)."""
+    import time
+
     import psutil
 
     bar = progress_bar(label, enabled=progress, bar_format="{desc}: {elapsed}")  # disabled: no-ops
     interrupted, doomed, streams = 0, [], []
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    proc.timed_out = False
+
+    def stop(reason: str) -> None:
+        nonlocal interrupted
+        proc.stopped_by = reason
+        interrupted += 1
+        doomed.extend(_session(proc))
+        if interrupted == 1:
+            proc.send_signal(signal.SIGINT)
+            return
+        for p in doomed:  # the second stop: give up the report
+            with contextlib.suppress(psutil.Error):
+                streams.extend(f.path for f in p.open_files() if f.path.endswith(".qdstrm"))
+        proc.kill()
+
     stack = contextlib.ExitStack()
     stack.enter_context(signals_as_interrupt())  # SIGTERM, SIGHUP: as Ctrl-C
     try:
@@ -146,17 +171,13 @@ def wait_with_progress(proc: subprocess.Popen, label: str, progress: bool) -> in
                 proc.wait(timeout=0.5)
             except subprocess.TimeoutExpired:
                 bar.refresh()
+                if deadline is not None and time.monotonic() > deadline:
+                    proc.timed_out = True
+                    deadline = time.monotonic() + max(timeout_s, REPORT_GRACE_S)
+                    stop(f"ran past its {timeout_s:g} s limit")
             except KeyboardInterrupt as exc:
-                proc.stopped_by = exc.args[0] if exc.args else "interrupted"  # Ctrl-C, or the signal's name
-                interrupted += 1
-                doomed += _session(proc)
-                if interrupted == 1:
-                    proc.send_signal(signal.SIGINT)
-                    continue
-                for p in doomed:  # the second Ctrl-C: give up the report
-                    with contextlib.suppress(psutil.Error):
-                        streams += [f.path for f in p.open_files() if f.path.endswith(".qdstrm")]
-                proc.kill()
+                proc.timed_out = False
+                stop(exc.args[0] if exc.args else "interrupted")  # Ctrl-C, or the signal's name
     finally:
         bar.close()
         stack.close()

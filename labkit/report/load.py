@@ -380,19 +380,21 @@ def _load_tables(db: _Db, path: Path) -> Report:
 
 def profile(command, *, name: str, trace=TRACE, outdir="reports/profiles", capture_range=None,
             nsys_args: Sequence[str] = (), env: dict | None = None, overwrite: bool = False,
-            progress: bool = True, nsys: str | None = None) -> Report:
+            progress: bool = True, nsys: str | None = None, timeout_s: float | None = None) -> Report:
     """Run ``command`` under ``nsys profile``, export the report to SQLite and load it.
 
     Args: as :func:`labkit.record.nsys.record` (name: writes ``outdir/name.nsys-rep``, ``.sqlite``, ``.log``).
     Returns: :class:`Report` with ``log_path`` pointing at the program's output, and
         ``meta["profile_command"]`` / ``meta["profile_wall_s"]``.
-    Raises: NsysNotFoundError, ReportExistsError, CaptureRangeError, NsysError, ReportError.
+    Raises: NsysNotFoundError, ReportExistsError, CaptureRangeError, ProfileTimeoutError, NsysError,
+        ReportError.
     """
     from labkit.record import export
     from labkit.record import nsys as _nsys
 
     rec = _nsys.record(command, name=name, trace=trace, outdir=outdir, capture_range=capture_range,
-                       nsys_args=nsys_args, env=env, overwrite=overwrite, progress=progress, nsys=nsys)
+                       nsys_args=nsys_args, env=env, overwrite=overwrite, progress=progress, nsys=nsys,
+                       timeout_s=timeout_s)
     try:
         export.export_sqlite(rec.nsys_rep, nsys=rec.nsys, progress=progress)
     except KeyboardInterrupt:  # the export leaves nothing partial; the report itself is whole
