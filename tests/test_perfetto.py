@@ -1,8 +1,10 @@
 """The Perfetto export, read back by Perfetto's own protobuf definitions (the ``perfetto``
 package's ``perfetto_trace_pb2``, parsed by Google's protobuf runtime): tracks, nesting, counts
-and flows checked against the real reports it came from."""
+and flows checked against the real reports it came from. A program without NVTX, profiled here,
+shows its threads' OS runtime calls in the export and in both timelines."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -111,3 +113,48 @@ def test_command_line_export(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "labkit", "export", "--perfetto", str(tmp_path / "none.sqlite")],
                          cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "report not found" in bad.stderr
+
+
+@pytest.mark.nsys
+@pytest.mark.skipif(not shutil.which("nsys"), reason="nsys not installed (scripts/install-nsys)")
+def test_a_program_without_nvtx_shows_its_threads_os_calls(tmp_path):
+    """Issue 30: a program nobody annotated drew nothing (plot_timeline raised, the Perfetto trace
+    was empty) though nsys traced its reads and sleeps. A reader thread blocks in read() on a pipe
+    the main thread writes to after each 10 ms sleep."""
+    import labkit
+    from labkit.show.interactive import interactive_timeline
+    from labkit.show.timeline import plot_timeline
+
+    prog = tmp_path / "plain.py"
+    prog.write_text("import os, threading, time\n"
+                    "r, w = os.pipe()\n"
+                    "def reader():\n"
+                    "    while os.read(r, 1) != b'q':\n"
+                    "        pass\n"
+                    "t = threading.Thread(target=reader)\nt.start()\n"
+                    "for _ in range(20):\n    time.sleep(0.01)\n    os.write(w, b'x')\n"
+                    "os.write(w, b'q')\nt.join()\n")
+    rep = labkit.profile([sys.executable, str(prog)], name="plain", outdir=str(tmp_path), trace=("osrt",),
+                         progress=False)
+    assert not len(rep.nvtx) and not len(rep.cuda_api)
+    calls = rep.osrt[rep.osrt["name"].isin(["read", "clock_nanosleep"])]
+    main, = set(calls.loc[calls["tid"] == calls["pid"], "global_tid"])
+    other, = set(calls.loc[(calls["tid"] != calls["pid"]) & (calls["name"] == "read"), "global_tid"])
+
+    fig = plot_timeline(rep)
+    rows = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert any(r.startswith("main (tid") and r.endswith("OS calls") for r in rows), rows
+    assert any(r.startswith("thread (tid") and r.endswith("OS calls") for r in rows), rows
+    legend = {t.get_text() for t in fig.axes[0].get_legend().get_texts()}
+    assert {"read", "clock_nanosleep"} <= legend, legend
+    hover = interactive_timeline(rep)
+    bars = hover.table()
+    assert hover.rows == rows and set(bars["what"]) == {"OS runtime call"}
+    assert {"read", "clock_nanosleep"} <= set(bars["name"])
+
+    tracks, slices = _read(to_perfetto(rep, tmp_path / "plain.pftrace"))
+    per_thread = {d.thread.tid: Counter(n for n, *_ in slices[u]) for u, d in tracks.items() if d.HasField("thread")}
+    tid = dict(zip(rep.osrt["global_tid"], rep.osrt["tid"]))
+    assert per_thread[tid[main]]["clock_nanosleep"] == (calls["global_tid"] == main).sum() - \
+        ((calls["global_tid"] == main) & (calls["name"] == "read")).sum()
+    assert per_thread[tid[other]]["read"] == ((calls["global_tid"] == other) & (calls["name"] == "read")).sum() > 0

@@ -23,7 +23,7 @@ from labkit.show.layout import colour_key, colours, layout
 
 __all__ = ["interactive_timeline", "InteractiveTimeline"]
 
-_KIND = {"name": "NVTX range", "api": "CUDA API call", "category": None}
+_KIND = {"name": "NVTX range", "osrt": "OS runtime call", "api": "CUDA API call", "category": None}
 
 
 class InteractiveTimeline:
@@ -82,7 +82,7 @@ def _bars(rows, cmap, w0, w1, gap_ns):
         s = np.clip(df["start_ns"].to_numpy(np.int64), w0, w1)
         e = np.clip(df["end_ns"].to_numpy(np.int64), w0, w1)
         keys = colour_key(df, how)
-        names = keys if how == "name" else df["name"].astype(str).to_numpy(dtype=object)
+        names = keys if how in ("name", "osrt") else df["name"].astype(str).to_numpy(dtype=object)
         what = df["category"].astype(str).to_numpy(dtype=object) if how == "category" \
             else np.full(len(df), _KIND[how], dtype=object)
         dur = df["duration_ns"].to_numpy(np.float64) / 1e6

@@ -141,14 +141,17 @@ def _build(report):
             _slices(pb, events, u, s[sel], e[sel], frame["name"].astype(str).to_numpy(dtype=object)[sel],
                     **{k: _pick(v(frame) if callable(v) else v, sel) for k, v in cols.items()})
 
-    # threads: NVTX (default domain on the thread track, other domains on child tracks), CUDA API
+    # threads: NVTX (default domain on the thread track, other domains on child tracks), CUDA API;
+    # without NVTX ranges, the threads' OS runtime calls on their tracks (as the timelines show them)
     threads = {}
-    from labkit.show.layout import thread_labels  # the timelines' names (decode, main...)
+    from labkit.show.layout import os_calls, thread_labels  # the timelines' names (decode, main...)
 
-    labels = {g: lab.rsplit(" (tid", 1)[0] for g, lab in thread_labels(nv).items()} if len(nv) else {}
+    osrt = os_calls(report)
+    named = nv if len(nv) else osrt
+    labels = {g: lab.rsplit(" (tid", 1)[0] for g, lab in thread_labels(named).items()} if len(named) else {}
     names = dict(zip(report.threads["global_tid"], report.threads["thread_name"])) \
         if "thread_name" in report.threads.columns else {}
-    for df in (nv, api):
+    for df in (nv, api, osrt):
         for gtid, pid, tid in df[["global_tid", "pid", "tid"]].drop_duplicates().itertuples(index=False):
             if gtid not in threads:
                 u = next(uuids)
@@ -165,6 +168,8 @@ def _build(report):
         on_tracks(f"NVTX {d}" if d else "NVTX", lambda child, t=thread, top=not d: (t if top else None) if child is None else t,
                   g, cats=cats,
                   notes=lambda f: {"payload": f["payload"].astype(object).to_numpy()})
+    for gtid, g in osrt.groupby("global_tid", sort=True):
+        on_tracks("OS runtime calls", lambda child, t=threads[gtid]: t, g)
     if len(api):
         launched = set(zip(gpu["pid"].tolist(), gpu["correlation_id"].tolist())) if len(gpu) else set()
         for gtid, g in api.groupby("global_tid", sort=True):

@@ -52,7 +52,7 @@ def plot_timeline(report, *, window=None, max_depth: int = 2, labels: bool = Tru
         interactive: a zoomable Bokeh figure with a hover naming each event instead
             (:func:`labkit.show.interactive.interactive_timeline`; same rows and colours).
     Returns: the matplotlib Figure (interactive: an ``InteractiveTimeline``, shown by the cell).
-    Raises: NothingToDraw when the window holds no range, GPU operation or CUDA API call.
+    Raises: NothingToDraw when the window holds no range, GPU operation, CUDA API or OS runtime call.
     """
     if interactive:
         from labkit.show.interactive import interactive_timeline
@@ -86,8 +86,8 @@ def plot_timeline(report, *, window=None, max_depth: int = 2, labels: bool = Tru
             seen.setdefault("CUDA API call" if how == "api" else key, colour)
         if labels:  # range names, and CUDA API calls and GPU work named where wide enough
             o = np.argsort(s, kind="stable")
-            names = keys if how == "name" else df["name"].astype(str).to_numpy(dtype=object)
-            _labels(ax, y, s[o], e[o], names[o], px_ns, origin, white=how != "name")
+            names = keys if how in ("name", "osrt") else df["name"].astype(str).to_numpy(dtype=object)
+            _labels(ax, y, s[o], e[o], names[o], px_ns, origin, white=how not in ("name", "osrt"))
     ax.set_yticks(range(len(rows) - 1, -1, -1), [mathtext(r.label) for r in rows], fontsize=8 if len(rows) < 20 else 6)
     ax.set_xlim((w0 - origin) / 1e6, (w1 - origin) / 1e6)
     ax.set_ylim(-0.6, len(rows) - 0.4)
