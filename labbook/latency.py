@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from labbook.reference import ledger
-from labbook.settings import DATA, MODE, settings
+from labbook.settings import MODE, settings
 from labbook.text import say
 
 
@@ -59,14 +59,17 @@ def littles_law(steps) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def camera_clip(fps: float, mode: str = MODE, *, folder: Path = DATA) -> Path:
+def camera_clip(fps: float, mode: str = MODE, *, folder: Path | None = None) -> Path:
     """The sample scene rendered at ``fps`` frames/s (a camera's rate), long enough for a run of
-    the mode's frames; written once under ``folder``, then reused."""
+    the mode's frames; written once (in ``folder``, else where :func:`labbook.video.clip_path` keeps
+    the lab's clips), then reused."""
     from source_code.scenes import SceneConfig, gt_path_for, make_video
+
+    from labbook.video import clip_path
 
     s = settings(mode)
     w, h = s.video_size
-    video = Path(folder) / f"camera_{mode}_{fps:g}fps.mp4"
+    video = clip_path(f"camera_{mode}_{fps:g}fps.mp4", folder)
     if not (video.exists() and gt_path_for(video).exists()):
         make_video(video, seconds=(s.frames + 1) / fps, config=SceneConfig(seed=s.seed, width=w, height=h, fps=fps))
     return video

@@ -28,7 +28,8 @@ VIDEOS = REPORTS / "videos"
 REFERENCE = ROOT / "reports" / "reference" / "h100"
 APP = ROOT / "source_code" / "detect_video.py"
 DATA = ROOT / "data"
-"""The application's stage names (its NVTX ranges), in pipeline order."""
+"""The lab's generated clips, where the checkout can be written (else labkit's per-user cache:
+``labbook.video.clip_path``)."""
 
 
 @dataclass(frozen=True)

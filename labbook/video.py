@@ -1,22 +1,38 @@
 """The lab's sample video: made once with the scene generator, its frames and ground truth."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from labkit.env import cache_dir
 from labkit.errors import check_writable
 
 from labbook.settings import DATA, MODE, settings
 
 
-def sample_path(mode: str = MODE, *, folder: Path = DATA) -> Path:
-    """Where the sample clip of ``mode`` lies: named by what makes the clip (size, length, seed),
-    so a clip written for other settings (an older, shorter one) is never taken for it."""
+def clip_path(name: str, folder: Path | None = None) -> Path:
+    """Where the lab's clip ``name`` lies: in ``folder`` when given; else in the checkout's ``data/``
+    (:data:`labbook.settings.DATA`) where it is there already or can be written, and otherwise (a
+    read-only checkout, e.g. a shared course folder) in labkit's per-user cache, ``data/`` under
+    :func:`labkit.env.cache_dir`. Clips are made from a seed, so either place gives the same clip."""
+    if folder is not None:
+        return Path(folder) / name
+    data = Path(DATA)
+    here = data if data.exists() else data.parent
+    if (data / name).exists() or os.access(here, os.W_OK | os.X_OK):
+        return data / name
+    return cache_dir() / "data" / name
+
+
+def sample_path(mode: str = MODE, *, folder: Path | None = None) -> Path:
+    """Where the sample clip of ``mode`` lies (:func:`clip_path`): named by what makes the clip (size,
+    length, seed), so a clip written for other settings (an older, shorter one) is never taken for it."""
     s = settings(mode)
     w, h = s.video_size
-    return Path(folder) / f"sample-{w}x{h}-{s.video_seconds:g}s-seed{s.seed}.mp4"
+    return clip_path(f"sample-{w}x{h}-{s.video_seconds:g}s-seed{s.seed}.mp4", folder)
 
 
-def sample_video(mode: str = MODE, *, folder: Path = DATA) -> Path:
+def sample_video(mode: str = MODE, *, folder: Path | None = None) -> Path:
     """The lab's sample clip (written on first use with the scene generator, then reused).
 
     Returns the ``.mp4`` (:func:`sample_path`); its ground truth ``<stem>.gt.csv`` lies beside it.

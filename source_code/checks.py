@@ -1,6 +1,7 @@
 """Checks done once, before any work: the request (option ranges, inputs), every path the run
 will write (never an input or a ground truth; never a file this program did not write unless
-``--overwrite``; its folder creatable and writable), free disk, and the device.
+``--overwrite``; its folder creatable and writable; the model cache where models are converted),
+free disk, and the device.
 
 How the application recognises its own files: a results JSON carries the schema marker of
 ``labkit.annotate`` (``"schema": "labkit-results"``); an output video has a sidecar
@@ -147,8 +148,47 @@ def target_problem(cfg: Any, path: Path, flag: str) -> str | None:
     return None
 
 
+CONVERTING_BACKENDS = ("onnxruntime", "tensorrt")
+"""Backends whose models are converted (ONNX, INT8, engines) into the cache before the first frame;
+the others only cache what they can (the FLOPs count, scores) and go on without it."""
+
+
+def cache_folder(cfg: Any) -> Path:
+    """The run's cache of converted models, FLOPs counts and scores: ``--cache-dir``, else the default."""
+    from source_code.backends.artifacts import default_cache_dir
+
+    return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+
+
+def _owner(folder: Path) -> str:
+    """", owned by NAME" where the folder (or the nearest one that exists above it) is another user's."""
+    import pwd
+
+    here = folder
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    try:
+        uid = here.stat().st_uid
+        return "" if uid == os.geteuid() else f", {here} owned by {pwd.getpwuid(uid).pw_name}"
+    except (OSError, KeyError):
+        return ""
+
+
+def check_cache(cfg: Any) -> None:
+    """A backend that converts its model can write it into the cache: a folder another user owns, or
+    a read-only disk, is said now, with the fix, not when the first model is written."""
+    if cfg.backend not in CONVERTING_BACKENDS:
+        return
+    cache = cache_folder(cfg)
+    problem = _folder_problem(cache)
+    if problem:
+        raise PipelineError(f"--cache-dir {cache}: cannot write the converted models there ({problem}{_owner(cache)}): "
+                            f"pass --cache-dir with a folder of your own", EXIT_USAGE)
+
+
 def check_targets(cfg: Any) -> None:
-    """Every path the run writes (results, output video) may be written; raises PipelineError."""
+    """Every path the run writes (results, output video, the model cache where models are converted)
+    may be written; raises PipelineError."""
     targets = [(Path(cfg.results), BY_NAME["results"].flag)] if cfg.results else []
     out = output_video(cfg)
     if out is not None:
@@ -157,6 +197,7 @@ def check_targets(cfg: Any) -> None:
         problem = target_problem(cfg, path, flag)
         if problem:
             raise PipelineError(problem, EXIT_USAGE)
+    check_cache(cfg)
     if out is not None:
         claim_output(out)
 

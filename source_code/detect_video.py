@@ -12,6 +12,7 @@ unavailable, 4 out of memory. 130 interrupted. Every failure is one line on stde
 """
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -76,11 +77,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except OSError as e:  # e.g. the disk filled up while writing
-        from source_code.backends.artifacts import default_cache_dir
+        from source_code.checks import cache_folder
 
-        cache = str(cfg.cache_dir or default_cache_dir())
-        where = ("free space there or pass another --cache-dir" if str(e.filename or "").startswith(cache)
-                 else "free space or choose another folder")
+        in_cache = str(e.filename or "").startswith(str(cache_folder(cfg)))
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)  # else a permission or a read-only disk: space is no fix
+        where = {(True, True): "free space there or pass another --cache-dir",
+                 (True, False): "pass --cache-dir with a folder you can write to",
+                 (False, True): "free space or choose another folder",
+                 (False, False): "choose a folder you can write to"}[in_cache, full]
         return fail(f"{first_line(e)}{f' ({e.filename})' if e.filename else ''}: {where}", 1)
     except Exception as e:  # noqa: BLE001 - never a traceback for the user
         if os.environ.get("LABKIT_DEBUG"):

@@ -51,7 +51,7 @@ def _detector(cfg: Any, device, input_hw, n_streams: int = 1, frames: list | Non
             raise
         raise PipelineError(f"cannot load detector weights {cfg.weights or 'weights/detector.pt'}: "
                             f"{str(e).splitlines()[0]}", EXIT_UNAVAILABLE) from None
-    cache = _cache_dir(cfg)
+    cache = checks.cache_folder(cfg)
     flops = flops_per_frame(model, input_hw, count_flops, cache)
     model_info = {"weights": str(cfg.weights or DEFAULT_WEIGHTS),
                   "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 3),
@@ -69,12 +69,6 @@ def _detector(cfg: Any, device, input_hw, n_streams: int = 1, frames: list | Non
         oom = out_of_memory_message(e, cfg)  # an engine build that ran out of memory
         raise PipelineError(oom or str(e), EXIT_OOM if oom else EXIT_UNAVAILABLE) from None
     return model_info, infer_fn
-
-
-def _cache_dir(cfg: Any) -> Path:
-    from source_code.backends.artifacts import default_cache_dir
-
-    return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
 
 
 def _ground_truth(first_input: str, warnings: list[str]):
@@ -241,7 +235,7 @@ def _document(cfg: Any, sink: StatsSink, sources: list[VideoSource], status: str
         warnings.append(sink.too_short_warning())
     n0 = sources[0].count
     acc = ({**NO_ACCURACY, "note": "--decode-only: nothing detected, no accuracy"} if cfg.decode_only
-           else accuracy_cached(gt, sink, n0, CLASS_NAMES, gt_file=gt_file, cache_dir=_cache_dir(cfg)))
+           else accuracy_cached(gt, sink, n0, CLASS_NAMES, gt_file=gt_file, cache_dir=checks.cache_folder(cfg)))
     if gt is not None and n0 < max(gt.keys(), default=-1) + 1 and cfg.frames is None and status == "ok":
         warnings.append(f"ground truth covers {max(gt.keys()) + 1} frames but {n0} were decoded")
     config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()}

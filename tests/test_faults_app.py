@@ -1,14 +1,17 @@
 """Issue 25's faults in the application, tried for real: a swapped model in the cache, ground
 truth with a truncated row or only a header, a disk that fills while the output video is written
-(a real tmpfs), then freed. Real clips, the real detector at 96x160, real ONNX export."""
+(a real tmpfs), then freed; a model cache the run cannot write (issue 33: a read-only disk, a
+folder another user owns, as a real non-root user). Real clips, the real detector at 96x160, real
+ONNX export."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
-from faultkit import fill, mount  # noqa: F401 (fixtures)
+from faultkit import fill, mount, open_tmp, run_as, user  # noqa: F401 (fixtures)
 from test_app_safety import FAST, clip  # noqa: F401 (clip: the same small real clip's fixture)
 
 from source_code.detect_video import main
@@ -105,3 +108,28 @@ def test_an_audio_only_file_is_named_as_such(clip, tmp_path, capsys):
 
     doc = json.loads((tmp_path / "r.json").read_text())  # a failed run's results say so, with the same line
     assert doc["status"] != "ok" and "no video track" in json.dumps(doc)
+
+
+def test_a_model_cache_on_a_read_only_disk_is_said_before_any_work(clip, tmp_path, mount, capsys):
+    disk = mount("1m", ro=True)
+    rc = main([*FAST, "--backend", "onnxruntime", "--cache-dir", str(disk), "--input", str(clip),
+               "--results", str(tmp_path / "r.json")])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1, lines
+    assert f"--cache-dir {disk}: cannot write the converted models there (Read-only file system)" in lines[0]
+    assert lines[0].endswith("pass --cache-dir with a folder of your own")
+    assert json.loads((tmp_path / "r.json").read_text())["status"] == "failed"  # no frame was decoded
+
+
+def test_a_model_cache_another_user_owns_is_said_with_its_owner(clip, open_tmp, user):
+    """Issue 33: a cache root made (as in a shared container) failed at the first model written with
+    'free space there', a permissions problem found late. The run is a real non-root user's."""
+    cache = open_tmp / "cache"
+    cache.mkdir(mode=0o755)  # root's
+    shutil.copy(clip, open_tmp / "clip.mp4")
+    res = run_as(user, "from source_code.detect_video import main\n"
+                       f"sys.exit(main({[*FAST, '--backend', 'onnxruntime', '--cache-dir', str(cache), '--input', str(open_tmp / 'clip.mp4')]!r}))",
+                 preload="source_code.detect_video,source_code.checks,source_code.backends.artifacts,source_code.scenes")
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert f"(Permission denied, {cache} owned by root): pass --cache-dir with a folder of your own" in lines[0]

@@ -17,7 +17,9 @@ import labbook.outcome
 import labbook.reference
 import labbook.runs
 import labbook.settings
+import labbook.video
 from labkit import Ledger
+from faultkit import mount  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -311,6 +313,19 @@ def test_table_columns_keeps_what_exists():
 
 
 # ----------------------------------------------------------------------------- video and figures
+def test_a_read_only_checkout_keeps_the_clips_in_the_per_user_cache(tmp_path, mount, monkeypatch):
+    """Issue 33: a read-only checkout (a shared course folder) with a writable LABKIT_REPORTS died in
+    the first run_step writing data/. Its clips go to labkit's per-user cache (the same clip: it is
+    made from its seed); a writable checkout keeps them in data/ as before. A real read-only tmpfs."""
+    monkeypatch.setattr(labbook.video, "DATA", mount("1m", ro=True) / "data")
+    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path / "cache"))
+    video = lab.sample_video("small")
+    assert video == tmp_path / "cache" / "data" / "sample-640x360-31s-seed11.mp4" and video.exists()
+    assert lab.camera_clip(5, "small").parent == video.parent
+    monkeypatch.setattr(labbook.video, "DATA", tmp_path / "data")  # writable: data/, made when needed
+    assert labbook.video.sample_path("small") == tmp_path / "data" / video.name
+
+
 def test_sample_video_is_made_once_with_ground_truth(tmp_path):
     video = lab.sample_video("small", folder=tmp_path)
     s = lab.settings("small")
