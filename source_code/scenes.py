@@ -32,6 +32,7 @@ clipped box is at least 4 pixels wide and high. Everything else counts as not vi
 from __future__ import annotations
 
 import csv
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -440,6 +441,10 @@ def make_video(out: str | Path, *, seconds: float = 5.0, config: SceneConfig = S
     fourcc = cv2.VideoWriter_fourcc(*("mp4v" if out.suffix.lower() in (".mp4", ".m4v", ".mov") else "MJPG"))
     writer = cv2.VideoWriter(str(out), fourcc, config.fps, (config.width, config.height))
     if not writer.isOpened():
+        try:  # a folder that cannot be written (permissions, a read-only disk) is no codec problem
+            tempfile.TemporaryFile(dir=out.parent).close()
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, str(out)) from None
         raise RuntimeError(f"OpenCV cannot write {out} (try a .mp4 or .avi path)")
     gt = []
     try:
