@@ -6,7 +6,8 @@ It holds what every notebook needs and no lesson; each module has one job:
 - ``video``: the sample clip, its frames and ground truth;
 - ``steps``: the step catalogue as data (flags, ``builds_on``, kind);
 - ``app``: the application's options and argv (built in one place), what this machine can run;
-- ``outcome``: ``Outcome``, the one result of a step (ok / skipped / failed);
+- ``outcome``: ``Outcome``, the one result of a step (ok / skipped / failed); ``skip_note``, the
+  sentence a cell shows instead of its work when a step it needs did not run;
 - ``plan``: one step resolved once (flags, builds_on, kind, settings, prediction, guess);
 - ``levers``: labkit's lever ids mapped to the application's flags (the one home);
 - ``runs``: ``run_step``, ``sweep`` and 08's ``run_scaled`` (over ``labkit.bench``), ledger rows
@@ -32,7 +33,7 @@ from labbook.display import (best, compare, copies, jumps, kernels, overlap, ran
                              warmup_batches, window)
 from labbook.latency import camera_clip, frames_held, littles_law
 from labbook.latency import lesson as latency_lesson
-from labbook.outcome import Outcome
+from labbook.outcome import Outcome, skip_note
 from labbook.predict import advice, next_lever, prediction, verdict
 from labbook.reference import (both_machines, fastest, ledger, reference_configurations, reference_rows,
                                reference_table, speedup)
@@ -54,8 +55,8 @@ __all__ = [
     "APP", "DATA", "LEDGER", "MODE", "MODES", "PROFILES", "REFERENCE", "REPORTS", "RESULTS", "ROOT", "SETTINGS",
     "STAGES", "VIDEOS", "Settings", "gpu_available", "settings", "sample_video", "video_info", "ground_truth",
     "show_frame", "Step", "catalogue", "flags", "builds_on_map", "app_options", "app_argv", "app_command",
-    "backends", "device_of", "unavailable", "capture_range", "Outcome", "run_step", "sweep", "ledger", "speedup",
-    "reference_table", "reference_configurations", "both_machines", "reference_rows", "fastest", "report",
+    "backends", "device_of", "unavailable", "capture_range", "Outcome", "skip_note", "run_step", "sweep", "ledger",
+    "speedup", "reference_table", "reference_configurations", "both_machines", "reference_rows", "fastest", "report",
     "kernels", "copies", "ranges", "overlap", "window", "warmup_batches", "compare", "best", "tied", "table_columns",
     "jumps", "say", "configure_pandas", "advice", "prediction", "verdict", "next_lever",
     "nsys_on_path", "stats_report", "agreement", "camera_clip", "frames_held", "littles_law", "latency_lesson",

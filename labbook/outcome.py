@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labbook.settings import REFERENCE
+from labbook.text import say
 
 STATUSES = ("ok", "skipped", "failed")
 
@@ -70,3 +71,17 @@ class Outcome:
         from labkit.safe_text import markdown_no_html
 
         return head + markdown_no_html(str(self))  # the step and the reason are data
+
+
+def skip_note(*outcomes: Outcome, what: str):
+    """None when every one of ``outcomes`` ran (status ok: its result, profile and ledger row are
+    there); else the sentence a cell that needs them shows instead of its work (``say``): the first
+    step that did not run, its reason, ``what`` the cell therefore lacks, and that it is skipped.
+    A cell computes it first and ends with ``skip or <its value>``, so the lab goes on past a
+    failed or skipped step (``labbook.runs.run_step``) and the cell says why it shows nothing."""
+    o = next((o for o in outcomes if o.status != "ok"), None)
+    if o is None:
+        return None
+    if o.status == "failed":
+        return say(f"`{o.step}` failed ({o.reason}): {what}, so this cell is skipped; fix it and run the step again.")
+    return say(f"`{o.step}` was not run here ({o.reason}): {what}, so this cell is skipped.")

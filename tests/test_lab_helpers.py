@@ -429,6 +429,12 @@ def test_a_failing_step_is_a_ledger_row_and_the_notebook_goes_on(ledger, monkeyp
         lab.report("broken")
     assert lab.kernels(r).data.startswith("No profile: Step 'broken' failed here")
     assert lab.copies(r).data.startswith("No profile") and lab.ranges(r, ["infer"]).data.startswith("No profile")
+    ok, gone = lab.Outcome("ort_fp32", "ok", result=object()), lab.Outcome("tensorrt_int8", "skipped", "no GPU here")
+    assert lab.skip_note(ok, what="no stage tables") is None  # every step ran: the cell does its work
+    assert lab.skip_note(ok, r, gone, what="no stage tables").data == (
+        f"`broken` failed ({why}): no stage tables, so this cell is skipped; fix it and run the step again.")
+    assert (lab.skip_note(gone, r, what="x").data
+            == "`tensorrt_int8` was not run here (no GPU here): x, so this cell is skipped.")
     assert failures(ledger.path, since) == {"broken": why}
     assert failures(ledger.path, pd.Timestamp.now(tz="UTC")) == {}  # rows of earlier runs are not this run's
     add(ledger, "broken", 3.0)  # fixed and run again: no longer failed

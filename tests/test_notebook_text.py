@@ -9,7 +9,8 @@ bounds. Sentences are split at ``.``, ``!``, ``?`` or ``;`` followed by white sp
 
 Rule 2 (code cells): each call of a helper that returns a displayable sentence (``lab.say``,
 ``lab.verdict``, ``lab.advice``, ``lab.compare``, ``lab.next_lever``) is shown: it is the value of
-the cell's last statement (an expression; a conditional expression of such calls counts), or an
+the cell's last statement (an expression; a conditional expression of such calls counts, and so
+does ``skip or lab.say(...)``, where a step did not run: ``lab.skip_note``), or an
 argument of ``display(...)``, or the body of a ``lambda`` (its value goes back to the helper that
 calls it, as ``lab.evidence.lever`` does). Anywhere else Jupyter computes it and drops it.
 """
@@ -58,9 +59,12 @@ def _helper_calls(node) -> list[ast.Call]:
 
 
 def _shown_value(expr) -> list[ast.Call]:
-    """The helper calls whose value the expression is (itself, or either branch of ``a if c else b``)."""
+    """The helper calls whose value the expression is (itself, either branch of ``a if c else b``,
+    or any operand of ``a or b``: a cell's ``skip or lab.say(...)``)."""
     if isinstance(expr, ast.IfExp):
         return _shown_value(expr.body) + _shown_value(expr.orelse)
+    if isinstance(expr, ast.BoolOp):
+        return [c for v in expr.values for c in _shown_value(v)]
     return [expr] if _is_helper(expr) else []
 
 
@@ -88,6 +92,8 @@ def test_the_rules_catch_what_they_name():
     assert hidden_sentences("lab.say('x')\nframe") == ["lab.say('x')"]
     assert hidden_sentences("lab.say(f'{lab.verdict(s)}')") == ["lab.verdict(s)"]
     assert hidden_sentences("%matplotlib inline\nx = 1\nlab.say('a') if x else lab.say('b')") == []
+    assert hidden_sentences("skip = lab.skip_note(s, what='w')\nskip or lab.say('x')") == []
+    assert hidden_sentences("skip or lab.say('x')\nframe") == ["lab.say('x')"]
     assert hidden_sentences("if ok:\n    display(lab.say('x'))\nlab.verdict('s')") == []
     assert hidden_sentences("show(lambda: lab.compare(a, 'b'))") == []
     assert hidden_sentences("if reps is not None:\n    labkit.plot_rank_timeline(reps)") == ["labkit.plot_rank_timeline(reps)"]
