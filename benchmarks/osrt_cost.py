@@ -1,7 +1,9 @@
-"""Benchmark: what tracing OS runtime calls (``osrt``, labkit's default as nsys's own) costs a run.
+"""Benchmark: what tracing OS runtime calls (``osrt``, labkit's default as nsys's own) and children that fork
+without exec (``--trace-fork-before-exec=true``, labkit's default) cost a run.
 
-Runs one configuration of the application under ``nsys profile`` with ``--trace=cuda,nvtx`` and with
-``--trace=cuda,nvtx,osrt``, alternating, ROUNDS times each (plus the same number of runs without nsys),
+Runs one configuration of the application under ``nsys profile`` with ``--trace=cuda,nvtx``, with
+``--trace=cuda,nvtx,osrt`` and with that but forks not followed (``--trace-fork-before-exec=false``),
+alternating, ROUNDS times each (plus the same number of runs without nsys),
 and prints per trace: the application's own frames/s (median and range; its timed frames only, so
 nsys's start and the export are not in it), the run's wall time, the report's size, labkit's load of
 it (the export to SQLite and the read, seconds) and the OS runtime calls recorded. The default is the
@@ -11,7 +13,10 @@ after another).
 Seen on the 2-core CPU VM (2026-11-26, Debian nsys 2022.4.2.1, nothing else running; the defaults):
 no nsys 34.01 frames/s (32.01-34.40); ``cuda,nvtx`` 33.46 (-1.6 %), a 0.17 MiB report; ``cuda,nvtx,osrt``
 33.17 (-2.5 %), 0.32 MiB and 8,761 OS runtime calls: tracing OS runtime calls cost about one per cent
-of frames/s more, inside the runs' own range, and doubled the report.
+of frames/s more, inside the runs' own range, and doubled the report. Following forks (2026-12-01, the
+VM loaded by other jobs, 2 rounds: 'no nsys' ran at 10 frames/s then): ``cuda,nvtx,osrt`` 24.52
+frames/s (24.42-24.61) against 22.85 (21.36-24.35) with forks not followed, inside the runs' range;
+the baseline is one process, so nothing more is traced.
 
     python benchmarks/osrt_cost.py [--input CLIP] [--frames 300] [--rounds 3] [--out reports/osrt-cost]
         [-- EXTRA APP FLAGS]
@@ -32,7 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "source_code" / "detect_video.py"
-TRACES = ("cuda,nvtx", "cuda,nvtx,osrt")
+TRACES = ("cuda,nvtx", "cuda,nvtx,osrt", "cuda,nvtx,osrt nofork")
+"""The traces compared (each as labkit records it: forks followed), the last with forks not followed."""
 
 
 def _fps(results: Path) -> float:
@@ -66,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, list[dict]] = {"none": [], **{t: [] for t in TRACES}}
     for rnd in range(args.rounds):
         for trace in ("none", *TRACES):
-            tag = "none" if trace == "none" else trace.replace(",", "_")
+            tag = "none" if trace == "none" else trace.replace(",", "_").replace(" ", "_")
             name = f"osrt-{stamp}-{tag}-{rnd}"
             res = args.out / f"{name}.json"
             cmd = [sys.executable, str(APP), "--input", str(clip), "--frames", str(args.frames), "--warmup",
@@ -77,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
                 rows[trace].append({"fps": _fps(res), "wall_s": time.perf_counter() - t0})
                 continue
-            rec = record(cmd, name=name, trace=trace, outdir=args.out, progress=False)
+            rec = record(cmd, name=name, trace=trace.split()[0], outdir=args.out, progress=False,
+                         nsys_args=["--trace-fork-before-exec=false"] if trace.endswith("nofork") else ())
             wall = time.perf_counter() - t0
             t1 = time.perf_counter()
             rep = labkit.load_report(rec.nsys_rep)  # exports to SQLite beside it, then reads it

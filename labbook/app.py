@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from labbook.settings import APP, MODE, VIDEOS, gpu_available, settings
+from labkit.errors import check_writable
 from labkit.env import cache_dir
 
 
@@ -29,6 +30,7 @@ def app_options(flags: dict, *, video: Path | None = None, mode: str = MODE) -> 
     if s.input_hw:
         opts["input_hw"] = s.input_hw
     if flags.get("osd", True) is not False:  # drawing on: the video is written, under REPORTS
+        check_writable(VIDEOS, what="write the output video into")  # the lab's folder: make reset removes it
         opts["output"] = str(VIDEOS / f"{video.stem}.tracked.mp4")
     return {**opts, **flags}
 

@@ -9,11 +9,13 @@ Each check returns ``(ok, sentence)`` through :func:`_verdict`: ``ok`` is True, 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import labkit
 
 from labbook.display import overlap as stage_overlap
 from labbook.display import report, warmup_batches
+from labbook.outcome import log_tail
 from labbook.text import say
 
 OVERLAP_MIN = 0.10
@@ -51,6 +53,10 @@ def waiting(what: str) -> Check:
     return Check(None, f"Nothing to check yet: {what}")
 
 
+REPORT_SUFFIXES = (".nsys-rep", ".sqlite")
+"""What a check takes as a report's path (the learner's own by-hand profile) rather than a step."""
+
+
 def _ran(fn):
     """A check of a run: None (no value typed yet) is a waiting answer, and a run that was skipped or
     failed is a "not yet" with its reason, before anything is read."""
@@ -64,14 +70,24 @@ def _ran(fn):
             return waiting("type your value in the parameters cell above, then run the cells below it.")
         if isinstance(x, Outcome) and (x.status != "ok" or x.profile is None):  # flagged runs have a profile
             return Check(False, f"**Not yet.** Your run `{x.step}` did not run ({x.status}: {x.reason}).")
+        if isinstance(x, (str, Path)) and str(x).endswith(REPORT_SUFFIXES) and not Path(x).exists():
+            return Check(False, f"**Not yet.** No report at `{x}`: the profile did not write one. {_log_tail(x)}")
         return fn(x, *args, **kwargs)
 
     return check
 
 
+def _log_tail(report) -> str:
+    """What the by-hand profile's log says last, or how to see why."""
+    last = log_tail(report)
+    if not last:
+        return "Run the profile cell again and read what nsys printed."
+    return f"Its log `{Path(report).with_suffix('.log')}` ends: `{last}`. Fix what it says and run the profile cell again."
+
+
 def _report_of(x):
     """(report, warm-up batches) of an Outcome, a step name or a report path."""
-    if isinstance(x, (str, bytes)) and str(x).endswith((".nsys-rep", ".sqlite")):
+    if isinstance(x, (str, bytes)) and str(x).endswith(REPORT_SUFFIXES):
         return labkit.load_report(x), 0
     return report(x), warmup_batches(x)
 
@@ -175,3 +191,24 @@ def interval(x, k: int) -> Check:
     said = (f"the detector ran on {d['detected']} of {d['frames']} frames ({d['share']:.1%}) against 1/{k} = "
             f"{1 / k:.1%}, in {d['infer_calls']} calls")
     return _verdict(ok, said + ".", said + ": not about 1/K. Did the run get `interval`?")
+
+
+def loop(one, mine, batch: int) -> Check:
+    """Notebook 03's exercise in code: did the learner's loop (the report of its ``%%nsys`` cell, ``mine``)
+    hand the detector every frame once, at most one call per ``batch`` frames (a last partial batch
+    allowed), against the one-by-one loop's report ``one``? Both read from the traces' ``infer`` ranges."""
+    if one is None or mine is None:
+        return waiting("run both %%nsys cells in the kernel \"Python (labkit nsys)\" (Kernel > Change Kernel): "
+                       "in any other kernel they run without a profile, so there is no trace to read.")
+    a, b = (labkit.stage_table(r).set_index("stage").loc["infer"] for r in (one, mine))
+    calls, items, frames = int(b["instances"]), int(b["items"]), int(a["items"])
+    allowed = math.ceil(frames / batch)
+    said = (f"your loop called `infer` {calls} times for {items} frames (B = {batch}), against {int(a['instances'])} "
+            f"calls one by one; `infer` took {b['cpu_ms_per_item']:.0f} ms a frame against "
+            f"{a['cpu_ms_per_item']:.0f} ms ({a['cpu_ms_per_item'] / b['cpu_ms_per_item']:.2f}x a frame, both from "
+            f"the cells' traces)")
+    if items != frames:
+        return _verdict(False, "", said + f": the detector saw {items} frames, not the {frames} of `frames`: "
+                        "hand it every frame once.")
+    return _verdict(calls <= allowed, said + ".", said + f": more calls than {allowed} means some calls got fewer "
+                    "than B frames. Does your loop step through the frames B at a time?")

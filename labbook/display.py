@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 
 import labkit
 from labkit.bench.tables import compare as compare_rows
+from labkit.show.text import bottleneck_lines
 
 from labbook.app import device_kind, device_of
 from labbook.outcome import Outcome
 from labbook.reference import ledger
 from labbook.settings import LEDGER, MODE, STAGES, settings
-from labbook.text import say
+from labbook.text import folded, say
 
 
 def _row_of(x) -> dict:
@@ -89,6 +91,29 @@ def _report_or_why(x):
     """The step's report, or a sentence saying why there is none (skipped, failed, not profiled)."""
     rep = report(x) if not (isinstance(x, Outcome) and x.status != "ok") else None
     return rep if rep is not None else say(f"No profile: {x}")
+
+
+def gui_question(x, question: str, mode: str = MODE):
+    """A question to answer in the Nsight Systems GUI on a step's own report (``x``: an Outcome or a
+    step name): one line with the command that opens the report in the GUI in a browser tab
+    (``make nsys-ui``, notebook 01) and the question; under a fold, what labkit reads from the same
+    report (the limiter, the runner-up and the window of ``labkit.bottleneck``), to check the answer
+    against. A sentence instead where the step has no report."""
+    try:
+        rep = _report_or_why(x)
+    except ValueError as e:
+        return say(f"No report to open in the GUI: {e}.")
+    if not isinstance(rep, labkit.Report):
+        return rep
+    gui = Path(rep.path).with_suffix(".nsys-rep")
+    opener = (f"in a terminal, `make nsys-ui REPORT={gui} PORT=6080`, then the URL it prints." if gui.exists() else
+              f"this report has no `.nsys-rep` beside it (`{Path(rep.path).name}`: a recording keeps its export), "
+              "so open one of your own runs with `make nsys-ui REPORT=...`.")
+    b = labkit.bottleneck(rep, warmup=warmup_batches(x, mode))
+    answer = "; ".join(line for line in bottleneck_lines(b, [], explain=False) if not line.startswith("note:"))
+    return folded(f"**In the GUI**: {question} Open the report: {opener}",
+                  f"What labkit reads from the same report (`labkit.bottleneck`): {answer}.",
+                  summary="Check your answer (from this report)")
 
 
 def kernels(x, n: int = 10):

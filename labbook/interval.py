@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 import labkit
+from labbook.floor import FLOOR_ACCURACY, FLOOR_SLACK, within_floor  # noqa: F401 (their home is labbook.floor)
 
 
 def detected_frames(rep, *, warmup: int = 0) -> dict:
@@ -44,23 +45,6 @@ def accuracy_floor(rows: pd.DataFrame, *, accuracy: str = "mota") -> pd.Series:
     dx, dy = x[-1] - x[0], y[-1] - y[0]
     dist = np.abs(dx * (y - y[0]) - dy * (x - x[0])) / (np.hypot(dx, dy) or 1.0)
     return r.iloc[int(np.argmax(dist))]
-
-
-FLOOR_ACCURACY = "mota"
-"""The accuracy the floor is set on (notebook 06)."""
-FLOOR_SLACK = 0.005
-"""How far under the floor a step still counts as within it: half a MOTA point, about one ground-truth box
-in 200 (the full clip holds some 17,000). The floor is the knee's own MOTA, so a lever that costs even a
-few boxes (INT8: 0.0002 on the full CPU lab) would otherwise put the knee's interval plus that lever under
-it by construction."""
-
-
-def within_floor(value, floor: float | None) -> bool:
-    """Whether an accuracy ``value`` is within the floor (at most :data:`FLOOR_SLACK` under it); no
-    floor yet: True; no value (NaN, None): False."""
-    if floor is None:
-        return True
-    return value is not None and value == value and float(value) >= float(floor) - FLOOR_SLACK
 
 
 def base(mode: str | None = None) -> str:

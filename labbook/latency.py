@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from labbook.reference import ledger
-from labbook.settings import MODE, settings
+from labbook.settings import MODE, REPLAY, settings
 from labbook.text import say
 
 
@@ -62,7 +62,7 @@ def littles_law(steps) -> pd.DataFrame:
 def camera_clip(fps: float, mode: str = MODE, *, folder: Path | None = None) -> Path:
     """The sample scene rendered at ``fps`` frames/s (a camera's rate), long enough for a run of
     the mode's frames; written once (in ``folder``, else where :func:`labbook.video.clip_path` keeps
-    the lab's clips), then reused."""
+    the lab's clips), then reused. Replaying a recording (``labbook.replay``) it is only named: nothing runs on it."""
     from source_code.scenes import SceneConfig, gt_path_for, make_video
 
     from labbook.video import clip_path
@@ -70,7 +70,7 @@ def camera_clip(fps: float, mode: str = MODE, *, folder: Path | None = None) -> 
     s = settings(mode)
     w, h = s.video_size
     video = clip_path(f"camera_{mode}_{fps:g}fps.mp4", folder)
-    if not (video.exists() and gt_path_for(video).exists()):
+    if REPLAY is None and not (video.exists() and gt_path_for(video).exists()):  # a replay reads no clip
         make_video(video, seconds=(s.frames + 1) / fps, config=SceneConfig(seed=s.seed, width=w, height=h, fps=fps))
     return video
 

@@ -21,14 +21,16 @@ OPTIONS_OF = MappingProxyType({
     "overlap_copies": ("gpu_preprocess",),
     "overlap_stages": ("queues", "queue_size"),
     "reduce_precision": ("precision", "tf32"),
-    "gpu_offload": ("gpu_preprocess", "device"),
+    "gpu_offload": ("gpu_preprocess", "device", "decode"),  # --decode nvdec: decoding on the GPU's own engine
     "parallel_input": ("streams",),
     "skip_work": ("interval",),
     "remove_stage": ("osd",),
     # a cheaper stage: what makes the detector's own work cheaper (layout, compiler, runtime, precision);
     # the finding is the bound of that stage costing nothing, which none of them can pass
     "cheaper_stage": ("channels_last", "compile", "backend", "precision"),
-    "release_lock": (),  # no flag: the stage threads' own code (the detector releases the GIL already)
+    # decoding in other processes frees the interpreter's lock for the stage threads (the detector
+    # releases the GIL already); the rest is the stage threads' own code
+    "release_lock": ("decode_workers",),
     "in_flight": (),  # no flag: the application starts no worker per frame
 })
 """lever id -> the ``detect_video.py`` options (snake case) that pull it."""

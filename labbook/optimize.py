@@ -26,7 +26,7 @@ from labkit.judge.advice import MIN_GAIN
 
 from labbook.interval import FLOOR_ACCURACY, accuracy_floor, base, interval_rows, within_floor
 from labbook.predict import change_of, ratio_interval
-from labbook.reference import ledger
+from labbook.reference import fastest, ledger
 from labbook.settings import MODE
 from labbook.steps import Step, catalogue
 from source_code.stages import DETECTOR_STAGES
@@ -234,3 +234,31 @@ def paid_levers(mode: str = MODE) -> list[str]:
     """The steps whose lever paid here (see the module doc)."""
     g = gains(mode)
     return [] if g.empty else list(g.loc[g["verdict"] == "paid", "step"])
+
+
+def against_fastest(name: str = NAME):
+    """One sentence checking ``name`` (``optimized``) against the fastest measured step within the
+    accuracy floor (``labbook.reference.fastest`` over every lab step of the ledger, exercises left
+    out): which won, each with its frames/s and 95 % interval, and whether the gap is beyond that
+    interval (``labbook.predict.ratio_interval``). A sentence saying why not where ``name`` has no row."""
+    from labbook.interval import floor
+    from labbook.text import say
+
+    rows = ledger()
+    if not len(rows) or name not in set(rows["step"]):
+        return say(f"`{name}` has no row in this ledger yet: nothing to check against the fastest step.")
+    ok = rows["status"].fillna("ok").eq("ok") if "status" in rows else True
+    lab_steps = rows[ok & rows["kind"].isin(["cumulative", "alternative", "sweep"])]["step"].tolist()
+    fl = floor()
+    top = fastest(lab_steps, accuracy_floor=fl)
+    by = rows.drop_duplicates("step", keep="last").set_index("step")
+    def fig(st):
+        r = by.loc[st]
+        return f"`{st}` {r['fps']:.1f} frames/s ({r.get('fps_ci_low', float('nan')):.1f}-{r.get('fps_ci_high', float('nan')):.1f})"
+    within = f" within the MOTA floor {fl:.3f}" if fl is not None else ""
+    if top == name:
+        return say(f"{fig(name)} is the fastest measured step{within}.")
+    ci = ratio_interval(by.loc[top].to_dict(), by.loc[name].to_dict())
+    gap = ("beyond the noise" if ci and ci[0] > 1.0 else "within the noise of it" if ci else "one measurement each")
+    return say(f"{fig(name)} is not the fastest measured step{within}: {fig(top)} is "
+               f"({by.loc[top, 'fps'] / by.loc[name, 'fps']:.2f}x, {gap}). Build on the faster one.")

@@ -24,7 +24,7 @@ from source_code.stages import DETECTOR_STAGES
 from labbook.reference import ledger
 from labbook.settings import MODE
 from labbook.steps import catalogue, step_of
-from labbook.text import say
+from labbook.text import folded, folded_frame, say
 
 ALIASES = {("precision", "fp16"): "--fp16"}
 """Flags older ``labkit.judge.advice`` tables named beside the option's ``--name value`` (read only by
@@ -184,7 +184,8 @@ def advice(step: str, mode: str = MODE, *, builds_on: str | None = None, flags: 
         return say(f"No finding in the profile of '{step_of(step, builds_on=builds_on, mode=mode).builds_on}'.")
     out = frame.assign(lever=[lever_text(v) if v in OPTIONS_OF else v for v in frame["lever"]])
     cols = [c for c in ("finding", "evidence", "lever", "predicted_speedup", "basis", "assumptions") if c in out]
-    return out[cols]
+    return folded_frame(out[cols].reset_index(drop=True), shown=("finding", "lever", "predicted_speedup", "basis"),
+                        folded=("evidence", "assumptions"), summary="Evidence and assumptions, per finding")
 
 
 def _matches(row, levers: list[str], names: list[str]) -> bool:
@@ -240,14 +241,14 @@ def _top_stage(step: str, mode: str) -> str:
 
 
 def moved_most(before: dict, after: dict) -> str:
-    """'infer' took 207.5 ms a frame in 'baseline' and 50.0 ms here': the stage whose time per
-    frame (ledger ``stage_ms.*``, timed in-process) changed most between two rows; '' if none."""
+    """"'infer' 207.5 → 50.0 ms a frame": the stage whose time per frame (ledger ``stage_ms.*``,
+    timed in-process) changed most between two rows; '' if none."""
     keys = [k for k in after if k.startswith("stage_ms.") and isinstance(before.get(k), float)
             and isinstance(after.get(k), float) and before[k] == before[k] and after[k] == after[k]]
     if not keys:
         return ""
     k = max(keys, key=lambda k: abs(after[k] - before[k]))
-    return f"'{k[9:]}' took {before[k]:.1f} ms a frame in '{before['step']}' and {after[k]:.1f} ms here"
+    return f"'{k[9:]}' {before[k]:.1f} → {after[k]:.1f} ms a frame"
 
 
 def _num(value) -> float | None:
@@ -265,25 +266,27 @@ def ratio_interval(row: dict, before: dict) -> tuple[float, float] | None:
     return lo / bhi, hi / blo
 
 
-def _lesson(measured: float, figure: float, basis: str, moved: str, ci: tuple[float, float] | None) -> str:
-    also = f" ({moved})" if moved else ""
+def _lesson(measured: float, figure: float, basis: str, ci: tuple[float, float] | None) -> tuple[str, str]:
+    """Where the measurement fell against the estimate or bound, by its interval: (a few words for
+    the verdict's line, the explanation for its fold)."""
     lo, hi = ci if ci else (measured / MIN_GAIN, measured * MIN_GAIN)  # no interval: the usual noise
     noise = "its 95 % interval" if ci else f"the {MIN_GAIN - 1:.0%} noise of a measurement"
     if lo <= 1.0 <= hi:
-        return f"within noise of no change ({noise} covers 1.0x): this step did not measurably pay here"
+        return "within noise of no change", f"{noise} covers 1.0x: this step did not measurably pay here."
     if lo <= figure <= hi:
-        return f"within noise of the {basis} ({noise} covers {figure:.2f}x)"
+        return f"within noise of the {basis}", f"{noise} covers the {basis}'s {figure:.2f}x."
     if basis == "bound" and lo > figure:
-        return ("above the bound, beyond the noise: more changed than the finding's lever could change, such as "
-                f"a stage the change should not touch{also}; profile both runs and compare their stages")
+        return "above the bound", ("beyond the noise: more changed than the finding's lever could change, such as "
+                                   "a stage the change should not touch; profile both runs and compare their stages.")
     if hi < 1.0:
-        return f"slower, beyond the noise: the {basis} counts only the time a change can save, not what it costs{also}"
+        return "slower", f"beyond the noise: the {basis} counts only the time a change can save, not what it costs."
     if basis == "bound":
         saved = (1 - 1 / measured) / (1 - 1 / figure) if figure > 1 else 1.0
-        return f"inside the bound: the change saved {saved:.0%} of the time the bound allows"
+        return f"inside the bound ({saved:.0%} of what it allows)", (
+            f"the change saved {saved:.0%} of the time the bound allows: a bound is what the lever could do at most.")
     side = "over" if measured < figure else "under"
-    return (f"the estimate was {side} by {max(measured, figure) / min(measured, figure):.1f}x: an estimate rests on "
-            "its assumptions, and the measurement is what this machine did")
+    return f"the estimate was {side} by {max(measured, figure) / min(measured, figure):.1f}x", (
+        "an estimate rests on its assumptions, and the measurement is what this machine did.")
 
 
 def _guess_text(guess, measured: float, ci) -> str:
@@ -296,10 +299,12 @@ def _guess_text(guess, measured: float, ci) -> str:
 
 
 def verdict(step: str, mode: str = MODE):
-    """After a step ran: its measured speed-up over its ``builds_on`` (with its 95 % interval
-    where the rows have one), beside the learner's guess and the estimate (or bound) its ledger
-    row was run under, and what that teaches, as one computed sentence. Reads only the two
-    ledger rows (and the base's profile for context): the step is not looked up again."""
+    """After a step ran, one line: its measured speed-up over its ``builds_on`` (with its 95 %
+    interval where the rows have one), the learner's guess, the estimate (or bound) its ledger row
+    was run under and where the measurement fell against it, and the stage whose time moved most;
+    under a fold, why (the finding the figure came from, what it assumes, the base's top stage, what
+    the outcome teaches). Reads only the two ledger rows (and the base's profile for context): the
+    step is not looked up again."""
     rows = ledger([step])
     if len(rows) == 0:
         return say(f"No verdict for '{step}': it has no ledger row yet (run it first).")
@@ -316,19 +321,23 @@ def verdict(step: str, mode: str = MODE):
     ci = ratio_interval(row, b)
     span = f" (95 % interval {ci[0]:.2f}-{ci[1]:.2f}x)" if ci else " (one measurement: no interval)"
     head = f"{step}: measured {measured:.2f}x over '{base}'{span}{_guess_text(row.get('guess'), measured, ci)}"
+    moved = moved_most(b, row)
+    tail = f"; {moved}." if moved else "."
     if row.get("above_decode_ceiling") is True:
-        return say(f"{head}; faster than decoding its own input alone, which no pipeline can be: this row is no "
-                   "speed-up, it is a run too short or a clock that counts work done before it (see the row's flags).")
+        return folded(f"{head}; faster than decoding its own input alone: no speed-up{tail}",
+                      "No pipeline can run faster than decoding its own input alone: this row is a run too short "
+                      "or a clock that counts work done before it (see the row's flags).")
     figure = _num(row.get("predicted_speedup"))
     if figure is None:
-        return say(f"{head}; no estimate was computed ({row.get('finding', 'no prediction recorded')}).")
+        return folded(f"{head}; no estimate{tail}", f"No estimate was computed: {row.get('finding', 'no prediction recorded')}.")
     basis = row.get("basis") if row.get("basis") in ("bound", "estimate") else "estimate"
     assumes = row.get("assumptions") if isinstance(row.get("assumptions"), str) else ""
     top = _top_stage(base, mode)
-    ctx = "; ".join(x for x in (top, f"assumes {assumes}" if assumes else "") if x)
-    lesson = _lesson(measured, figure, basis, moved_most(b, row), ci)
-    return say(f"{head}; {basis} {figure:.2f}x from '{row.get('finding')}'" + (f" ({ctx})" if ctx else "")
-               + f": {lesson}.")
+    short, why = _lesson(measured, figure, basis, ci)
+    ctx = "; ".join(x for x in (f"in '{base}', {top}" if top else "", f"it assumes {assumes}" if assumes else "") if x)
+    return folded(f"{head}; {basis} {figure:.2f}x: {short}{tail}",
+                  f"The {basis} {figure:.2f}x came from the finding '{row.get('finding')}'"
+                  + (f" ({ctx})" if ctx else "") + f". Measured {measured:.2f}x: {why}")
 
 
 def next_lever(step: str, mode: str = MODE):
@@ -341,4 +350,7 @@ def next_lever(step: str, mode: str = MODE):
         return say(f"No lever worth a step after '{step}': {a.attrs['note']}.")
     top = a.iloc[0]
     here = lever_text(top["lever"]) if flags_of(top["lever"]) else f"{top['lever']} (no one flag of this application)"
-    return say(f"Next lever after '{step}': {top['lever_text']}, in this application {here}. {finding_sentence(top)}")
+    kind = "an upper bound" if top.get("basis") == "bound" else "an estimate"
+    return folded(f"Next lever after '{step}': {top['lever_text']}, in this application {here}: "
+                  f"{top['finding']}, {float(top['predicted_speedup']):.2f}x ({kind}).", finding_sentence(top),
+                  summary="Evidence and assumptions")

@@ -3,7 +3,7 @@ each step costs on a machine (a timing model built on figures already measured t
 the calls the steps are packed into so that every call and the whole recording fit the device
 tool's limits (``plan``; ``python scripts/record_reference.py plan --json``).
 
-Frames per step (record mode): as few as Little's law allows. A run measures throughput only
+Frames per step (small and record mode): as few as Little's law allows. A run measures throughput only
 when the frames its queues and stages hold at once are at most ``THROUGHPUT_RULE`` of its timed
 frames (``source_code.results``; ``tests/test_modes.py``), so a synchronous batch-1 step needs
 a few dozen frames and a queued batch-32 step thousands: :func:`frames_for` gives each step the
@@ -30,6 +30,10 @@ from typing import Mapping
 
 from labbook.settings import ROOT, settings
 
+PER_STEP_MODES = ("small", "record")
+"""The modes whose steps each run the frames their own queues need (:func:`frames_for`); full mode
+runs its settings' frames everywhere."""
+
 MIN_FRAMES = 600
 """Frames of a step whose queues hold few (the synchronous ones): enough batches for the
 interval of the run's frames/s (``source_code.results.CI_BLOCKS`` blocks of them)."""
@@ -51,18 +55,30 @@ def held_frames(flags: Mapping, *, queue_size: int | None = None) -> int:
 
 
 def frames_for(flags: Mapping, mode: str) -> int:
-    """Frames per stream that a step with ``flags`` runs in ``mode``: record mode sizes each step
-    by what its queues hold (the module doc); the other modes run their settings' frames."""
+    """Frames per stream that a step with ``flags`` runs in ``mode``: small and record mode size each
+    step by what its queues hold (the module doc), at most the settings' frames in small mode; full
+    mode runs its settings' frames."""
     from source_code.results import THROUGHPUT_RULE
 
     s = settings(mode)
-    if mode != "record":
+    if mode not in PER_STEP_MODES:
         return s.frames
     held, streams = held_frames(flags), int(flags.get("streams", 1))
     # held <= RULE x timed, timed = streams x frames - warmup - held
     need = math.ceil((held / THROUGHPUT_RULE + held + s.warmup) / streams)
-    clip = int(s.video_seconds * 30)
-    return int(min(clip, max(MIN_FRAMES, need)))
+    most = int(s.video_seconds * 30) if mode == "record" else s.frames  # record: what the clip holds
+    return int(min(most, max(MIN_FRAMES, need)))
+
+
+def frames_range(mode: str, *, gpu: bool | None = None) -> tuple[int, int]:
+    """The fewest and the most frames per stream a step of ``mode``'s catalogue runs here (``gpu``:
+    the catalogue of a GPU machine or not; default this machine's)."""
+    from labbook.settings import gpu_available
+    from labbook.steps import catalogue
+
+    gpu = gpu_available() if gpu is None else gpu
+    frames = [frames_for(st.flags, mode) for st in catalogue(mode, gpu=gpu).values()]
+    return min(frames), max(frames)
 
 
 def clip_seconds(mode: str) -> float:
@@ -95,10 +111,15 @@ class Machine:
     skip_s: float = 1.0  # a step this machine cannot run: its skipped ledger row
     call_limit_s: float = 540.0  # 9 minutes a call
     total_limit_s: float = 900.0  # 15 minutes of device time a session (2026-11-26); the state carries over
+    record_limit_s: float | None = None  # the whole recording's budget within one session, if it must fit one
+    measured_s: Mapping[str, float] = field(default_factory=dict)  # step -> wall seconds it took there
+    onnxruntime_gpu: bool = False  # its environment has onnxruntime-gpu (else ONNX Runtime runs on its CPU)
+    gpus: int = 1
 
     def __post_init__(self):
         object.__setattr__(self, "fps", MappingProxyType(dict(self.fps)))
         object.__setattr__(self, "build_s", MappingProxyType(dict(self.build_s)))
+        object.__setattr__(self, "measured_s", MappingProxyType(dict(self.measured_s)))
 
 
 def _rows(path: Path) -> dict[str, dict]:
@@ -152,6 +173,31 @@ def h100() -> Machine:
               "reports/reference/cpu-2core-r3 (ONNX Runtime, accuracy scoring)")
 
 
+H200 = ROOT / "reports" / "reference" / "h200"
+
+
+def h200() -> Machine:
+    """The H200 the device tool lends now, from its own recording (``reports/reference/h200``): each
+    step's measured seconds (``provenance.json``: ``step_seconds``) where it has one, else the H100
+    model's figures for it; frames/s from its ledger. Its two calls took 9.70 and 9.23 minutes for
+    959 s of steps: 88 s a call beside the steps, of which the first call's clip (55 s) and the
+    decode-only ceiling (11 s), so about 55 s a call to restore the state and write it and the
+    reference out, counted inside each call's budget. The recording must fit one session: 12 of its
+    15 minutes of device time (the machine's start takes the rest), in calls of at most 8."""
+    prov = json.loads((H200 / "provenance.json").read_text())
+    base = h100()
+    fps = {**base.fps, **{k: float(v["fps"]) for k, v in _rows(H200 / "ledger.jsonl").items() if v.get("fps")}}
+    fps["decode_workers2"] = fps["processes2"]  # two streams decoded off the interpreter: at most the two processes
+    return Machine(
+        name="h200", startup_s=base.startup_s, profile_s=base.profile_s, export_s_per_kframe=base.export_s_per_kframe,
+        accuracy_ms_per_frame=base.accuracy_ms_per_frame, call_s=55.0, clip_s=55.0, fps=fps, tensorrt=False,
+        build_s=base.build_s, measured_s=prov["step_seconds"], call_limit_s=480.0, record_limit_s=720.0,
+        onnxruntime_gpu=False,  # its ledger's ONNX Runtime rows ran on the CPU
+        basis="reports/reference/h200/provenance.json (step_seconds, call_minutes) and ledger.jsonl (fps), "
+              f"recorded at commit {prov.get('commit', '?')[:7]}; the H100 model (labbook.record_plan.h100) "
+              "for what it did not run")
+
+
 CPU_SMALL = {
     # small mode on the 2-core VM, shared with other work (640x360 clip, 192x320 input), frames/s of each
     # step, all streams and processes: measured with `python scripts/record_reference.py run --mode small
@@ -172,7 +218,7 @@ def cpu() -> Machine:
                    basis="small mode on the 2-core VM (labbook.record_plan.CPU_SMALL)")
 
 
-MACHINES = {"h100": h100, "cpu": cpu}
+MACHINES = {"h200": h200, "h100": h100, "cpu": cpu}
 
 
 def builds(flags: Mapping) -> tuple[str, ...]:
@@ -223,6 +269,11 @@ def step_seconds(m: Machine, name: str, flags: Mapping, *, mode: str, profiled: 
     (updated here), ``parallel``: processes side by side (their frames run at the same time)."""
     if not runnable(m, flags):
         return m.skip_s
+    if name in m.measured_s:  # what it took there, its preparations included
+        for b in builds(flags):
+            if built is not None:
+                built.add(b)
+        return float(m.measured_s[name])
     per_stream = frames_for(flags, mode)
     frames = per_stream * int(flags.get("streams", 1)) * parallel  # fps: of all streams and processes
     fps = m.fps.get(name) or min(m.fps.values())
@@ -274,6 +325,50 @@ def planned_steps(mode: str, names: list[str] | None = None, gpu: bool = True) -
     return out
 
 
+def cuts(m: Machine, mode: str) -> dict[str, str]:
+    """The steps a recording on ``m`` leaves out because they would teach nothing there, each with
+    the reason the plan prints (none on the CPU model: its rehearsal runs what it is asked).
+
+    On a GPU box: ONNX Runtime's steps where only its CPU build is installed (0.15x rows beside the
+    GPU's); ``ranks<N>`` on one GPU, where its ranks run what ``processes<N>``'s processes run; the
+    interval sweep past three values (the smallest, the lab's interval and the largest: the two
+    ends of the accuracy curve and the knee notebook 06 builds on); ``compile`` and the streams
+    sweep where they ran below :data:`PAYS` times ``batch<N>`` there (H200: 1.02x and 0.98x)."""
+    from labbook.steps import SCALE_OUT
+
+    if m.name == "cpu":
+        return {}
+    s = settings(mode, gpu=True)
+    out = {}
+    if not m.onnxruntime_gpu:
+        for n in ("ort_fp32", "ort_int8"):
+            out[n] = ("ONNX Runtime would run on this machine's CPU (no onnxruntime-gpu in its environment): "
+                      "a row far below the GPU's that shows nothing about the GPU")
+    if m.gpus == 1:
+        out[f"ranks{SCALE_OUT}"] = (f"on one GPU its ranks run what processes{SCALE_OUT}'s processes run "
+                                    f"(both {m.fps.get(f'processes{SCALE_OUT}', 0):,.0f} frames/s in the reference)")
+    sweep = sorted({*s.intervals, s.interval})
+    keep = {sweep[0], s.interval, sweep[-1]}
+    for k in sweep:
+        if k not in keep:
+            out[f"interval{k}"] = (f"the interval sweep keeps three values ({', '.join(map(str, sorted(keep)))}: "
+                                   "its two ends and the lab's interval); more show the same curve")
+    base = m.fps.get(f"batch{s.batch}")
+    why = {"compile": "for a minute of compilation: nothing a host-bound run can show",
+           **{f"streams{n}": "more decoder threads in the one interpreter add nothing (decode_workers2 takes "
+                             "decoding out of it)" for n in s.streams}}
+    for name, reason in why.items():
+        fps = m.fps.get(name)
+        if fps and base and fps / base < PAYS:
+            out[name] = f"{fps / base:.2f}x over batch{s.batch} in the reference, {reason}"
+    return out
+
+
+PAYS = 1.05
+"""A lever whose step ran below this times its base in a machine's reference is cut from its
+recording (:func:`cuts`): within the run-to-run spread, it would show nothing again."""
+
+
 def estimates(m: Machine, mode: str, steps: list[PlannedStep], built: set | None = None) -> dict[str, float]:
     """Modelled seconds of each step in order (a preparation counted at the first step that needs it)."""
     built = set() if built is None else built
@@ -304,14 +399,17 @@ def machine(name: str) -> Machine:
     return MACHINES[name]()
 
 
-def plan(machine_name: str = "h100", mode: str = "record", names: list[str] | None = None) -> dict:
+def plan(machine_name: str = "h200", mode: str = "record", names: list[str] | None = None) -> dict:
     """The recording plan for a machine in ``mode``: ``calls`` (each ``steps`` and modelled
-    ``minutes``), ``total_minutes``, the limits, whether it fits (every call within a call's limit),
+    ``minutes``, the write-out included), ``total_minutes``, the limits, whether it fits (every call
+    within a call's limit, and the whole within the recording's where the machine has one), ``cut``
+    (the steps left out, :func:`cuts`, each with its reason; none when ``names`` are given),
     ``sessions`` (the calls, by number, packed in order into one session's device time each: the
     state carries over from one session to the next), each step's frames and seconds, and the model
     with its basis."""
     m = machine(machine_name)
-    steps = planned_steps(mode, names, gpu=m.name != "cpu")
+    cut = {} if names is not None else cuts(m, mode)  # steps asked for by name are run
+    steps = [p for p in planned_steps(mode, names, gpu=m.name != "cpu") if p.name not in cut]
     est = estimates(m, mode, steps)
     calls = pack(est, call_s=m.call_s, first_s=m.clip_s, limit_s=m.call_limit_s)
     total = sum(c["seconds"] for c in calls)
@@ -328,9 +426,12 @@ def plan(machine_name: str = "h100", mode: str = "record", names: list[str] | No
         "machine": m.name, "mode": mode,
         "calls": [{"steps": c["steps"], "minutes": round(c["seconds"] / 60, 2)} for c in calls],
         "total_minutes": round(total / 60, 2),
-        "limits": {"call_minutes": m.call_limit_s / 60, "session_minutes": m.total_limit_s / 60},
+        "limits": {"call_minutes": m.call_limit_s / 60, "session_minutes": m.total_limit_s / 60,
+                   "record_minutes": None if m.record_limit_s is None else m.record_limit_s / 60},
         "sessions": sessions,
-        "fits": all(c["seconds"] <= m.call_limit_s for c in calls),
+        "fits": all(c["seconds"] <= m.call_limit_s for c in calls)
+        and (m.record_limit_s is None or total <= m.record_limit_s),
+        "cut": cut,
         "steps": {p.name: {"seconds": est[p.name], "frames": frames_for(p.flags, mode),
                            "streams": int(p.flags.get("streams", 1)), "runs": p.runs, "profiled": p.profiled,
                            **({} if runnable(m, p.flags) else {"skipped": True})} for p in steps},

@@ -2,21 +2,109 @@
 ledger, results, then the model and compile caches, each group left out when it does not fit) and
 the kept profiles (trimmed exports), each tarball at most 16 MiB by construction.
 
+Its state files are input, as any file read back: :func:`read_progress` and :func:`commit_info`
+read them with a schema (a file cut short or of the wrong types is one line naming it and the fix),
+and the commit comes from git where the checkout has one (a ``commit.json`` that says otherwise is
+noted, not believed).
+
 The clip never travels: it is made again, deterministically, from its seed on a fresh machine
 (``labbook.video.sample_video``; a machine still warm from the call before has it).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import tarfile
 from pathlib import Path
+
+from labkit.errors import LabkitError
 
 MAX_TAR = 16 * 2**20
 """The most the device tool returns per file."""
 TRIM_MB = 4.0
 TRIM_BATCHES = 12
 """An export over ``TRIM_MB`` is kept as ``TRIM_BATCHES`` steady-state batches (as ``scripts/save_reference.py``)."""
+
+
+class StateFileError(LabkitError):
+    """A state file of the recording (progress.json, commit.json) that is not what the driver wrote."""
+
+
+_NUMBER = (int, float)
+PROGRESS = {"done": (list, str), "attempts": (dict, int), "seconds": (dict, _NUMBER), "modelled": (dict, _NUMBER),
+            "calls": (int, None), "call_minutes": (list, dict), "gpu": (str, None)}
+"""progress.json's keys: (container type, type of each item or value; None for a plain value)."""
+
+
+_KINDS = {list: ("a list", "lists"), dict: ("an object", "objects"), str: ("text", "step names"),
+          int: ("a whole number", "whole numbers"), _NUMBER: ("a number", "numbers")}
+
+
+def _json(path: Path, fix: str):
+    try:
+        return json.loads(path.read_text())
+    except UnicodeDecodeError:
+        raise StateFileError(f"{path}: not text: {fix}") from None
+    except ValueError as exc:  # cut short (a full disk, a killed write) or edited
+        raise StateFileError(f"{path}: cut short or not JSON ({exc.msg} at line {exc.lineno}): {fix}") from None
+    except OSError as exc:
+        raise StateFileError(f"{path}: cannot read it ({exc.strerror or exc}): {fix}") from None
+
+
+def read_progress(path: Path) -> dict:
+    """The recording's ``progress.json`` (empty when absent), every key of :data:`PROGRESS` present
+    with its type; raises StateFileError in one line naming the key, else the driver would match a
+    step by substring (``"fp16" in "fp16_cuda_graphs"``) or stop with a traceback mid-call."""
+    fix = f"move it away to start this recording's progress again (rm {path}), or resume from the committed folder"
+    data = _json(path, fix) if path.exists() else {}
+    if not isinstance(data, dict):
+        raise StateFileError(f"{path}: holds {type(data).__name__}, not an object of the recording's progress: {fix}")
+    for key, (outer, inner) in PROGRESS.items():
+        if key not in data:
+            if key != "gpu":
+                data[key] = outer()
+            continue
+        value = data[key]
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        ok = isinstance(value, outer) and not isinstance(value, bool) and (
+            inner is None or all(isinstance(v, inner) and not isinstance(v, bool) for v in items))
+        if ok and outer is dict:
+            ok = all(isinstance(k, str) for k in value)
+        if not ok:
+            want = _KINDS[outer][0] + (f" of {_KINDS[inner][1]}" if inner else "")
+            raise StateFileError(f"{path}: {key!r} is {json.dumps(value)[:60]}, not {want}: {fix}")
+    return data
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+
+
+def commit_info(state_dir: Path, root: Path) -> dict:
+    """The commit the recording runs: git's (``rev-parse HEAD`` of ``root``) where ``root`` is a
+    checkout, with a ``commit_note`` when ``state_dir/commit.json`` names another; else that file's,
+    read with its schema; else unknown, and why."""
+    saved = state_dir / "commit.json"
+    fix = "run `python scripts/record_reference.py prepare` in the checkout to write it again"
+    recorded = None
+    if saved.exists():
+        recorded = _json(saved, fix)
+        if not (isinstance(recorded, dict) and isinstance(recorded.get("commit"), (str, type(None)))
+                and isinstance(recorded.get("dirty"), (bool, type(None)))):
+            raise StateFileError(f"{saved}: not a commit and a dirty flag ({json.dumps(recorded)[:60]}): {fix}")
+    try:
+        info = {"commit": _git(root, "rev-parse", "HEAD"),
+                "dirty": bool(_git(root, "status", "--porcelain", "--untracked-files=no"))}
+    except (OSError, subprocess.SubprocessError):
+        if recorded is not None:
+            return {"commit": recorded["commit"], "dirty": recorded["dirty"]}
+        return {"commit": None, "dirty": None, "note": "no git here and no commit.json: run `prepare` in the checkout"}
+    if recorded is not None and recorded["commit"] != info["commit"]:
+        info["commit_note"] = (f"{saved} names {str(recorded['commit'])[:12]}, git's checkout is at "
+                               f"{info['commit'][:12]}: git's is the commit that ran")
+    return info
 
 
 def tar(path: Path, members: list[tuple[Path, str]]) -> int:

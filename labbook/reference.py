@@ -10,6 +10,7 @@ from labkit.bench.tables import latest_rows
 from labbook.text import say
 from labbook.settings import LEDGER, MODE, REFERENCE, ROOT
 from labbook.steps import builds_on_map
+from labbook.floor import within_floor
 
 
 def ledger(steps=None):
@@ -89,7 +90,7 @@ def fastest(candidates, *, accuracy_floor: float | None = None, accuracy: str = 
     rows faster than their own decoding (``above_decode_ceiling``: no speed-up, see labkit.bench).
 
     ``accuracy_floor``: leave out steps whose ``accuracy`` (default MOTA, the accuracy notebook
-    06's floor is set on: ``labbook.interval.floor()``) is below it (``labbook.interval.within_floor``).
+    06's floor is set on: ``labbook.interval.floor()``) is below it (``labbook.floor.within_floor``).
     """
     df = ledger(candidates)
     if "fps" not in df.columns or df["fps"].notna().sum() == 0:
@@ -98,8 +99,6 @@ def fastest(candidates, *, accuracy_floor: float | None = None, accuracy: str = 
     if "above_decode_ceiling" in df.columns:
         df = df[df["above_decode_ceiling"].ne(True)]
     if accuracy_floor is not None and accuracy in df.columns:
-        from labbook.interval import within_floor
-
         df = df[df[accuracy].isna() | df[accuracy].map(lambda v: within_floor(v, accuracy_floor))]
     if len(df) == 0:
         raise ValueError(f"none of {list(candidates)} is within the accuracy floor {accuracy_floor} with a "

@@ -3,6 +3,8 @@ ledger rows that say what the step is (kind, builds_on) and how it went (status)
 from __future__ import annotations
 
 import time
+
+import pandas as pd
 from typing import Mapping
 
 from labkit import bench
@@ -14,7 +16,8 @@ from labbook.app import app_argv, app_options, capture_range, unavailable
 from labbook.outcome import Outcome
 from labbook.plan import Plan, check_guess, resolve
 from labbook.text import Status
-from labbook.settings import LEDGER, MODE, PROFILES, RESULTS, settings, strict
+from labbook.replay import replay_step
+from labbook.settings import LEDGER, MODE, PROFILES, REPLAY, RESULTS, settings, strict
 from labbook.steps import Step, step_of
 from labbook.steps import flags as step_flags
 
@@ -37,6 +40,8 @@ def run_step(name: str, *, profile: bool = True, mode: str = MODE, kind: str | N
     failed (any ``LabkitError``: the run, nsys, the report or the ledger; the row's reason is
     the error's first line; under ``LABKIT_STRICT`` the error is raised instead).
     """
+    if REPLAY is not None:  # the recorded row, profile and results: nothing runs
+        return replay_step(name, kind=kind, builds_on=builds_on, guess=guess)
     plan = resolve(name, mode=mode, kind=kind, builds_on=builds_on, flags=flags, guess=guess,
                    predicted_speedup=predicted_speedup, finding=finding)
     return run_plan(plan, profile=profile, env=env, repeats=repeats)
@@ -58,7 +63,7 @@ def run_plan(plan: Plan, *, profile: bool = True, env: Mapping[str, str] | None 
     options = app_options(flags, mode=plan.mode)
     repeats = s.repeats if repeats is None else int(repeats)
     line = Status(f"`{plan.name}`: {'one run under nsys, then ' if profile else ''}{repeats} measured run(s) of "
-                  f"{s.frames} frames, running...")
+                  f"{options['frames']} frames, running...")
     t0 = time.monotonic()
     try:
         result = bench.run(app_argv(options), step=plan.name, repeats=repeats, warmup=None, profile=profile,
@@ -85,6 +90,8 @@ def run_scaled(step: Step, *, mode: str = MODE, guess: float | None = None) -> O
     run is a skipped row, a run that fails a failed row (the application's or torchrun's error
     line; raised under ``LABKIT_STRICT``), and the lab goes on either way. ``guess``: the learner's
     guess of the speed-up over the step it builds on, kept in its ledger row."""
+    if REPLAY is not None:
+        return replay_step(step.name, kind=step.kind, builds_on=step.builds_on, guess=guess)
     flags, led, labels = dict(step.flags), Ledger(LEDGER), step.labels()
     if check_guess(guess) is not None:
         labels["guess"] = float(guess)
@@ -120,6 +127,8 @@ def decode_ceiling(mode: str = MODE, *, profile: bool = False) -> Outcome | None
     labelled ``ceiling: "decode"`` (``labkit.bench`` then flags every later row of this host and
     mode whose frames/s is above it beyond the spread). Returns the run's outcome, or None when
     the ledger already has an ok one for this host and mode."""
+    if REPLAY is not None:
+        return replay_step(CEILING_STEP, kind="exercise")
     if ledger_ceiling(LEDGER, mode) is not None:
         return None  # the row labkit.bench itself checks later rows against
     plan = resolve(CEILING_STEP, mode=mode, kind="exercise", flags=CEILING_FLAGS,
@@ -145,7 +154,7 @@ def ensure(*steps: str, profile: bool = True, mode: str = MODE) -> list[Outcome]
     done = ledger(list(steps))
     ok = set(done.loc[done["status"].fillna("ok") == "ok", "step"]) if len(done) and "status" in done else \
         set(done["step"]) if len(done) else set()
-    if profile and len(done) and "paths.profile" in done:
+    if profile and REPLAY is None and len(done) and "paths.profile" in done:  # a replay has the profiles it has
         ok &= set(done.loc[done["paths.profile"].notna(), "step"])
     return [run_step(st, profile=profile, mode=mode) for st in steps if st not in ok]
 
@@ -158,6 +167,8 @@ def sweep(builds_on: str, option: str, values, *, step: str, mode: str = MODE, f
     lacks. A value whose run fails is a frame row with its ``error`` and a failed ledger row."""
     base = dict(step_flags(builds_on, mode) if flags is None else flags)
     names = [step.format(value=v) for v in values]
+    if REPLAY is not None:
+        return replay_sweep(option, values, names, builds_on)
     reason = unavailable(**base)
     if reason:
         for name, value in zip(names, values):
@@ -166,16 +177,32 @@ def sweep(builds_on: str, option: str, values, *, step: str, mode: str = MODE, f
                                           labels=st.labels()))
         return Outcome(step, "skipped", reason, kind="sweep", builds_on=builds_on)
     s = settings(mode)
-    line = Status(f"sweep of `{option}` over {list(values)}: {len(names) * s.repeats} run(s) of {s.frames} frames, "
-                  "running...")
+
+    each = {v: app_options({**base, option: v}, mode=mode) for v in values}  # its frames follow the queues it fills
+    frames = sorted({o["frames"] for o in each.values()})
+    line = Status(f"sweep of `{option}` over {list(values)}: {len(names) * s.repeats} run(s) of "
+                  f"{frames[0]}{f'-{frames[-1]}' if len(frames) > 1 else ''} frames, running...")
     def labels(value) -> dict:  # each value's own prediction (its K, its batch), made when its turn comes
         return resolve(step.format(value=value), builds_on=builds_on, mode=mode, default_kind="sweep",
                        flags={**base, option: value}).labels()
 
-    options = app_options(base, mode=mode)
     t0 = time.monotonic()
-    out = bench.sweep(lambda v: app_argv({**options, option: v}), option, list(values), step=step,
-                      config=options, repeats=s.repeats, warmup=None, ledger=LEDGER, results_dir=RESULTS,
+    out = bench.sweep(lambda v: app_argv(each[v]), option, list(values), step=step,
+                      config=each.__getitem__, repeats=s.repeats, warmup=None, ledger=LEDGER, results_dir=RESULTS,
                       progress=True, on_error="raise" if strict() else "record", labels=labels, mode=mode)
     line.update(f"sweep of `{option}` over {list(values)}: done in {time.monotonic() - t0:.0f} s.")
     return out
+
+
+def replay_sweep(option: str, values, names: list[str], builds_on: str):
+    """A sweep as the recording has it (``labbook.replay``): one replayed row per value, returned as
+    ``labkit.bench.sweep``'s frame (the option, step, name, ok, error and the row's metrics)."""
+    rows = []
+    for name, value in zip(names, values):
+        o = replay_step(name, kind="sweep", builds_on=builds_on)
+        if o.status == "ok":
+            rows.append({option: value, "step": name, "name": o.result.name, "ok": o.ok, "error": None,
+                         **o.result.metrics})
+        else:
+            rows.append({option: value, "step": name, "name": None, "ok": False, "error": o.reason, "fps": float("nan")})
+    return pd.DataFrame(rows)

@@ -14,6 +14,10 @@ from pathlib import Path
 from labkit.env import reports_dir
 from source_code.stages import STAGES  # noqa: F401  (the app's stage names, one home)
 
+REPLAY = Path(os.environ["LABKIT_REPLAY"]).resolve() if os.environ.get("LABKIT_REPLAY", "").strip() else None
+"""A recorded lab the notebooks replay instead of running steps (``labbook.replay``;
+``scripts/run_lab.py --replay``), or None."""
+
 MODES = ("small", "full", "record")  # record: scripts/record_reference.py's GPU reference (full-gpu, fewer sweeps)
 MODE = os.environ.get("LABKIT_MODE", "full").strip().lower() or "full"
 if MODE not in MODES:
@@ -39,7 +43,7 @@ class Settings:
     video_seconds: float
     video_size: tuple[int, int]  # width, height
     seed: int  # scene seed of the sample video (held out from training and calibration)
-    frames: int  # frames processed per run (per stream)
+    frames: int  # frames processed per run (per stream); small mode: the most a step runs (labbook.record_plan.frames_for)
     warmup: int  # frames left out of the timing at the start of each run
     repeats: int  # measured runs per step (the profiled run comes on top)
     input_hw: str | None  # network input size; None: the detector's default
@@ -56,7 +60,8 @@ SETTINGS = {
     # queue size holds 61 frames, 78 with 2 streams), plus the batch each stage past the detector has in
     # hand, are at most 10 % of its timed frames (tests/test_modes.py). 700 frames left 2 % to spare, and
     # a CI run on the loaded 2-core VM carried 69 frames into one rank's window and was flagged.
-    # small: a rehearsal CI can afford (one run per step: its spread is over the run's batches)
+    # small: a rehearsal CI can afford (one run per step: its spread is over the run's batches; each step
+    # runs the frames its queues need, 600 to 811 on a CPU box, at most these 900)
     "small": Settings(video_seconds=31.0, video_size=(640, 360), seed=11, frames=900, warmup=8, repeats=1,
                       input_hw="192x320", batch_sizes=(2,), batch=4, streams=(2,), intervals=(2, 8, 16), interval=4),
     # full-cpu: one measured run per step (its interval over the run's batches, as small and record mode): the
@@ -88,10 +93,25 @@ def mode_note(mode: str = MODE) -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def gpu_available() -> bool:
-    """True when torch can use a CUDA GPU here."""
+    """True when torch can use a CUDA GPU here (replaying: when the recording machine had one)."""
+    if REPLAY is not None:
+        from labbook.recording import recorded_gpu
+
+        return recorded_gpu(REPLAY) is not None
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def gpu_count() -> int:
+    """CUDA GPUs torch sees here (replaying: the recording machine's ``gpu_count``)."""
+    if REPLAY is not None:
+        from labbook.recording import recorded_env
+
+        return int(recorded_env(REPLAY).get("gpu_count") or 0)
+    import torch
+
+    return int(torch.cuda.device_count())
 
 
 def settings(mode: str = MODE, gpu: bool | None = None) -> Settings:

@@ -21,7 +21,7 @@ from typing import Mapping
 
 from labkit.bench.ledger import KINDS
 
-from labbook.settings import MODE, settings
+from labbook.settings import MODE, gpu_available, settings
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,18 @@ def scale_out_prediction(n: int) -> dict:
                        f"they share this machine's {cores} cores, so less where the one process already used them"}
 
 
+def ort_device(gpu: bool) -> str:
+    """Where the ONNX Runtime steps run: ``cuda`` on a GPU machine whose onnxruntime has the CUDA
+    provider (onnxruntime-gpu), else ``cpu`` (the CPU build, or no GPU): the row's ``device`` says which."""
+    if not gpu:
+        return "cpu"
+    try:
+        import onnxruntime
+    except ImportError:
+        return "cpu"
+    return "cuda" if "CUDAExecutionProvider" in onnxruntime.get_available_providers() else "cpu"
+
+
 def catalogue(mode: str = MODE, gpu: bool | None = None) -> dict[str, Step]:
     """Every step of the lab in order: name -> :class:`Step`.
 
@@ -72,7 +84,7 @@ def catalogue(mode: str = MODE, gpu: bool | None = None) -> dict[str, Step]:
     batch = f"batch{s.batch}"
     batched = {"queues": True, "osd": False, "batch_size": s.batch}
     on_gpu = {**batched, "device": "cuda", "gpu_preprocess": True}  # the GPU steps build on this
-    ort = {**batched, "device": "cpu", "backend": "onnxruntime"}
+    ort = {**batched, "device": ort_device(gpu_available() if gpu is None else gpu), "backend": "onnxruntime"}
     trt = {**on_gpu, "backend": "tensorrt", "precision": "fp16"}
     steps = [
         Step("baseline", {}, None),
@@ -87,6 +99,9 @@ def catalogue(mode: str = MODE, gpu: bool | None = None) -> dict[str, Step]:
         Step("fp16", {**on_gpu, "precision": "fp16"}, "gpu_preprocess", "alternative"),
         Step("fp16_cuda_graphs", {**on_gpu, "precision": "fp16", "cuda_graphs": True}, "fp16", "alternative"),
         Step("tensorrt_fp16", trt, "gpu_preprocess", "alternative"),
+        # two streams decoded in two processes (--decode-workers): the interpreter left to launch and track
+        *([Step("decode_workers2", {**on_gpu, "streams": 2, "decode_workers": 2}, "gpu_preprocess", "alternative")]
+          if (gpu_available() if gpu is None else gpu) else []),
         Step("ort_fp32", ort, batch, "alternative"),
         Step("ort_int8", {**ort, "precision": "int8"}, "ort_fp32", "alternative"),
         Step("tensorrt_int8", {**trt, "precision": "int8"}, "tensorrt_fp16", "alternative"),

@@ -1,7 +1,9 @@
 """Notebook 07's computed parts: the table or a note when the ledger is too sparse, its figures,
 the take-aways read from the table, and a self-check quiz whose answers come from the ledger.
 
-Every function takes the table (``labkit.bench.tables.SpeedupTable``) or the note that stands in for
+Every function takes the table (``labkit.bench.tables.SpeedupTable``); one noise rule throughout: a step is slower, or within
+its estimate, by its own 95 % interval over the step it builds on (``labkit.bench.charts.predictions``,
+as the verdicts of ``labbook.predict``) or the note that stands in for
 it, and returns a note (``say``) instead of raising when there is too little to show.
 """
 from __future__ import annotations
@@ -18,8 +20,6 @@ from labbook.reference import speedup
 from labbook.settings import LEDGER
 from labbook.text import say
 
-SLOWER = 0.95
-"""A step under this fraction of the step it builds on made things slower (beyond ~5 % noise)."""
 
 
 def summary_table(**kw):
@@ -84,32 +84,53 @@ def figure(table, kind: str, folder: Path | None = None):
 def facts(table) -> dict:
     """The figures the take-aways and the quiz are computed from (this machine's column):
     ``fastest``/``fastest_x`` (over the baseline), ``top``/``top_x``/``top_on`` (largest gain
-    over the step built on), ``slower`` (steps under :data:`SLOWER` of theirs), ``mota_step`` /
-    ``mota_drop`` (largest MOTA loss against the baseline), ``predicted``/``within`` (steps run
+    over the step built on), ``slower`` (steps slower than theirs beyond their interval), ``mota_step`` /
+    ``mota_drop`` / ``mota_on`` (largest MOTA loss against the step built on, over the same frames:
+    :func:`accuracy_drops`), ``predicted``/``within`` (steps run
     under a prediction, and those that stayed inside it), ``baseline_fps``."""
     sp = table.speedup.iloc[:, 0].dropna()
     machine = table.machines[0]
     floor, mota_col = _floor(), table.accuracy.get(f"mota ({machine})")
     if floor is not None and mota_col is not None:  # the fastest step within notebook 06's floor
-        from labbook.interval import within_floor
+        from labbook.floor import within_floor
 
         mota = [mota_col.get(st, math.nan) for st in sp.index]
         sp = sp[[v != v or within_floor(v, floor) for v in mota]]  # a step without MOTA stays
     over = table.over_builds_on[machine].dropna() if machine in table.over_builds_on else sp.iloc[:0]
+    p = labkit.bench.charts.predictions(table, machine)  # the one noise rule: each row's own interval
     out = {"machine": machine, "fastest": sp.idxmax(), "fastest_x": float(sp.max()), "floor": floor,
            "baseline_fps": float(table.values.loc[table.baseline, machine]),
-           "slower": [s for s, v in over.items() if v < SLOWER]}
+           "slower": [s for s in over.index if s in p.index and bool(p.at[s, "slower"])]}
     if len(over):
-        out.update(top=over.idxmax(), top_x=float(over.max()), top_on=table.steps.loc[over.idxmax(), "builds_on"])
-    mota = table.accuracy.get(f"mota ({machine})")
-    if mota is not None and mota.notna().sum() >= 2 and not math.isnan(mota.get(table.baseline, math.nan)):
-        drop = (mota[table.baseline] - mota).dropna()
-        out.update(mota_step=drop.idxmax(), mota_drop=float(drop.max()))
-    p = labkit.bench.charts.predictions(table, machine)
+        out.update(top=over.idxmax(), top_x=float(over.max()), top_on=table.builds_on_of(machine)[over.idxmax()])
+    drops = accuracy_drops(table, machine)
+    if len(drops):
+        worst = drops.idxmax()
+        out.update(mota_step=worst, mota_drop=float(drops[worst]), mota_on=table.builds_on_of(machine)[worst])
     p = p[p["predicted"].notna()]
     out.update(predicted=list(p.index), within=[s for s, w in p["within"].items() if w is True],
                side={str(k): str(v) for k, v in p["side"].items()})
     return out
+
+
+def accuracy_drops(table, machine: str, accuracy: str = "mota"):
+    """Each step's loss of ``accuracy`` against the step it builds on (positive: it lost), on
+    ``machine``, only where both rows scored the same frames (``frames``): a score over 600 frames
+    and one over 6,411 are of different clips, not a change's cost. A Series by step."""
+    import pandas as pd
+
+    rows = table.rows
+    if accuracy not in rows.columns or "frames" not in rows.columns:
+        return pd.Series(dtype=float)
+    mine = rows[rows["machine"] == machine] if "machine" in rows.columns else rows
+    mine = mine.drop_duplicates("step", keep="last").set_index("step")
+    out = {}
+    for st, on in table.builds_on_of(machine).items():
+        if st in mine.index and isinstance(on, str) and on in mine.index and mine.at[st, "frames"] == mine.at[on, "frames"]:
+            d = float(mine.at[on, accuracy]) - float(mine.at[st, accuracy])
+            if d == d:
+                out[st] = d
+    return pd.Series(out, dtype=float)
 
 
 def _floor():
@@ -131,10 +152,11 @@ def takeaways(table):
                      f"(`{f['top_on']}`).")
     if f["slower"]:
         lines.append(f"- **Not every lever helps here:** {', '.join(f'`{s}`' for s in f['slower'])} ran slower "
-                     f"than the step each builds on (under {SLOWER:.0%} of it). Measure on your hardware.")
+                     f"than the step each builds on, beyond its 95 % interval. Measure on your hardware.")
     if "mota_step" in f and f["mota_drop"] > 0:
         lines.append(f"- **Speed can cost accuracy:** `{f['mota_step']}` lost the most MOTA, "
-                     f"{f['mota_drop']:.3f} below the baseline; decide with both numbers side by side.")
+                     f"{f['mota_drop']:.3f} below `{f['mota_on']}` it builds on (both over the same frames); "
+                     "decide with both numbers side by side.")
     if f["predicted"]:
         by = _by_side(f)
         parts = [f"{len(by['within'])} of {len(f['predicted'])} steps run under an estimate measured within the "
@@ -177,11 +199,13 @@ def quiz(table):
                             "fairer measure of a change than its speed-up over the baseline?",
                             f"`{f['top']}`, {f['top_x']:.2f}x over `{f['top_on']}`. Speed-up over the baseline "
                             f"also counts every change made before it."))
-    qs.append(_question("**3.** Which steps were slower than the step they build on?",
+    qs.append(_question("**3.** Which steps were slower than the step they build on, beyond the noise?",
                         ", ".join(f"`{s}`" for s in f["slower"]) or "None in your run."))
     if "mota_step" in f:
-        qs.append(_question("**4.** Which step cost the most tracking accuracy (MOTA), and how much?",
-                            f"`{f['mota_step']}`, {f['mota_drop']:.3f} below the baseline."))
+        qs.append(_question("**4.** Which step cost the most tracking accuracy (MOTA) against the step it builds "
+                            "on, and how much?",
+                            f"`{f['mota_step']}`, {f['mota_drop']:.3f} below `{f['mota_on']}` (both over the same "
+                            "frames)."))
     if f["predicted"]:
         by = _by_side(f)
         names = {k: ", ".join(f"`{s}`" for s in v) for k, v in by.items()}
@@ -200,3 +224,39 @@ def quiz(table):
     from IPython.display import Markdown
 
     return Markdown("\n".join(qs))  # the questions are ours; each answer was escaped in _question
+
+
+def gpu_references(folder: Path | None = None):
+    """What the committed GPU recordings (``reports/reference/<gpu>/ledger.jsonl``) hold, computed
+    from each: its GPU, how many of its rows ran, were skipped (and why) or failed, then its table.
+    A note where none is committed."""
+    import json
+
+    from IPython.display import display
+
+    from labbook.settings import ROOT
+
+    folder = Path(folder or ROOT / "reports" / "reference")
+    found = []
+    for path in sorted(folder.glob("*/ledger.jsonl")):
+        rows = {}
+        for line in path.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                rows[r["step"]] = r
+        gpu = next((r["env"]["gpu"] for r in rows.values() if (r.get("env") or {}).get("gpu")), None)
+        if gpu:
+            found.append((path, gpu, rows))
+    if not found:
+        return say(f"No GPU recording of the lab's steps is committed under `{folder.name}/`.")
+    for path, gpu, rows in found:
+        status = [str(r.get("status", "ok")) for r in rows.values()]
+        skipped = sorted({str(r.get("reason")) for r in rows.values() if r.get("status") == "skipped"})
+        display(say(f"**{gpu}** (`{path.parent.name}/`): {status.count('ok')} of {len(rows)} steps ran"
+                    + (f", {status.count('skipped')} skipped ({'; '.join(skipped)})" if skipped else "")
+                    + (f", {status.count('failed')} failed" if "failed" in status else "") + "."))
+        try:
+            display(labkit.speedup_table(path))
+        except SpeedupTableError as e:
+            display(say(f"No table of `{path}`: {e}."))
+    return None

@@ -3,6 +3,7 @@ display settings (full cell text, integers without scientific notation), and lab
 warnings as a line in the cell."""
 from __future__ import annotations
 
+import functools
 import math
 
 
@@ -15,6 +16,62 @@ def say(text: str):
     from labkit.safe_text import markdown_no_html
 
     return Markdown(markdown_no_html(text))
+
+
+def folded(line: str, why: str, summary: str = "Why"):
+    """One computed line, and its explanation under a fold (``<details>``, closed): markdown like
+    :func:`say`'s, each text's raw HTML escaped; the fold is the lab's own. No ``why``: the line alone."""
+    from IPython.display import Markdown
+
+    from labkit.safe_text import markdown_no_html
+
+    if not why:
+        return say(line)
+    return Markdown(f"{markdown_no_html(line)}\n\n<details><summary>{summary}</summary>\n\n{markdown_no_html(why)}"
+                    "\n\n</details>\n")
+
+
+@functools.cache  # one class (pandas imported on first use, not when labbook.text is)
+def _folded_frame_class():
+    import pandas as pd
+
+    class FoldedFrame(pd.DataFrame):
+        """A frame shown as its short columns (``shown``), each row's long text cells under one fold
+        (``folded``, closed): a frame to code like any other, a table to read at a glance."""
+
+        _metadata = ["shown", "folded", "summary"]
+
+        @property
+        def _constructor(self):
+            return FoldedFrame
+
+        def _repr_html_(self):
+            import html
+
+            shown = [c for c in (self.shown or []) if c in self.columns] or list(self.columns)
+            table = pd.DataFrame(self[shown])._repr_html_()
+            long = [c for c in (self.folded or []) if c in self.columns]
+            if not long or self.empty:
+                return table
+            items = []
+            for _, row in self.iterrows():
+                parts = [f"<b>{html.escape(str(c))}</b>: {html.escape(str(row[c]))}" for c in long
+                         if isinstance(row[c], str) and row[c]]
+                head = html.escape(str(row[shown[0]]))
+                items.append(f"<li>{head}<br>{'<br>'.join(parts)}</li>" if parts else f"<li>{head}</li>")
+            return (f"{table}<details><summary>{html.escape(self.summary or 'Why')}</summary><ol>{''.join(items)}"
+                    "</ol></details>")
+
+    return FoldedFrame
+
+
+def folded_frame(frame, shown, folded, summary: str = "Why"):
+    """``frame`` (its every column kept, for code), shown in a notebook as its ``shown`` columns
+    with the ``folded`` ones (long text: evidence, assumptions) per row under one closed fold.
+    Names from reports are escaped (pandas' own table; ``html.escape`` in the fold)."""
+    out = _folded_frame_class()(frame)
+    out.shown, out.folded, out.summary = list(shown), list(folded), summary
+    return out
 
 
 def number(x) -> str:

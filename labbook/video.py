@@ -7,7 +7,7 @@ from pathlib import Path
 from labkit.env import cache_dir
 from labkit.errors import check_writable
 
-from labbook.settings import DATA, MODE, settings
+from labbook.settings import DATA, MODE, REPLAY, settings
 
 
 def clip_path(name: str, folder: Path | None = None) -> Path:
@@ -24,12 +24,24 @@ def clip_path(name: str, folder: Path | None = None) -> Path:
     return cache_dir() / "data" / name
 
 
+REPLAY_SECONDS = 31.0
+"""The longest clip a replay makes (the CPU modes' length): a replay runs nothing, so its notebooks only
+show the clip and read a few frames; the first seconds of the recording's clip, as its generator draws
+them from the same seed, do that (the H200's 222 s clip took 166 s to make on the 2-core VM)."""
+
+
+def _seconds(mode: str) -> float:
+    s = settings(mode)
+    return s.video_seconds if REPLAY is None else min(s.video_seconds, REPLAY_SECONDS)
+
+
 def sample_path(mode: str = MODE, *, folder: Path | None = None) -> Path:
     """Where the sample clip of ``mode`` lies (:func:`clip_path`): named by what makes the clip (size,
-    length, seed), so a clip written for other settings (an older, shorter one) is never taken for it."""
+    length, seed), so a clip written for other settings (an older, shorter one) is never taken for it.
+    In a replay, the first :data:`REPLAY_SECONDS` of it at most (its name says its length)."""
     s = settings(mode)
     w, h = s.video_size
-    return clip_path(f"sample-{w}x{h}-{s.video_seconds:g}s-seed{s.seed}.mp4", folder)
+    return clip_path(f"sample-{w}x{h}-{_seconds(mode):g}s-seed{s.seed}.mp4", folder)
 
 
 def sample_video(mode: str = MODE, *, folder: Path | None = None) -> Path:
@@ -45,7 +57,7 @@ def sample_video(mode: str = MODE, *, folder: Path | None = None) -> Path:
     if video.exists() and gt_path_for(video).exists():
         return video
     check_writable(video.parent, what="write the sample video into")  # a folder it creates is the lab's (make reset)
-    make_video(video, seconds=s.video_seconds, config=SceneConfig(seed=s.seed, width=w, height=h))
+    make_video(video, seconds=_seconds(mode), config=SceneConfig(seed=s.seed, width=w, height=h))
     return video
 
 

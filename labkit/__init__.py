@@ -5,7 +5,8 @@ rooms along the data flow run -> report -> statistics -> judgement and plots; a 
 rooms below it (tests/test_architecture.py):
 
 - ``labkit.record``: run a command under nsys (``record``), export to SQLite (``export_sqlite``),
-  child processes; paths only
+  child processes, part of a running process (``session``) and the Jupyter kernel under nsys
+  (``kernel``); paths only
 - ``labkit.report``: ``load_report(path) -> Report`` (frames ``nvtx``, ``kernels``, ``memcpy``, ``memset``,
   ``cuda_api``, ``sync``, ``graphs``, ``osrt``, ``threads``, ``meta``), ``profile(command, *, name)``
   (record + export + load), windows (``restrict(report, window=(s, e) | within="range")``, ``@windowed``),
@@ -21,7 +22,7 @@ rooms below it (tests/test_architecture.py):
 - ``labkit.judge``: ``bottleneck``, ``advise`` (findings with lever ids in general words, predicted
   speed-ups with their basis and assumptions), ``next_lever``
 - ``labkit.show``: ``plot_timeline`` (``interactive=True``: ``interactive_timeline``, Bokeh),
-  ``to_perfetto``
+  ``to_perfetto``, the ``%%nsys`` cell magic (``%load_ext labkit``: :func:`load_ipython_extension`)
 - ``labkit.ranks``: many reports, one per rank: ``load_reports`` -> ``Reports``, ``profile_ranks``
   (``profile(..., per_rank=True, nproc=N)``), ``plot_rank_timeline``
 - ``labkit.bench``: ``run``, ``sweep``, ``run_parallel``, ``Result``; ``Ledger``, ``speedup_table``, charts
@@ -109,3 +110,13 @@ def profile(command, *, name: str, per_rank: bool = False, nproc: int | None = N
 
     return profile_one(command, name=name, **options)
 
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext labkit``: the ``%%nsys`` cell magic (:mod:`labkit.show.magic`), which records one cell
+    of a kernel started by ``python -m labkit kernel install``'s kernelspec. Its findings are
+    ``labkit.advise``'s, handed in here, above both rooms (show does not import judge)."""
+    from labkit.judge.advice import advise
+    from labkit.show.magic import NsysMagics
+
+    ipython.register_magics(NsysMagics(ipython, findings=advise))

@@ -31,6 +31,7 @@ between push and pop) is resolved lazily by :func:`records`.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import json
@@ -112,8 +113,16 @@ class Record:
         return self.end_ns - self.start_ns
 
 
+MAX_RECORDS = 100_000
+"""Finished ranges :func:`records` keeps (the latest; about 15 MB): a long run opens several ranges
+a frame, and keeping every one grew by gigabytes an hour. :func:`stage_summary` counts every range
+(per-thread running totals), whatever the ring still holds."""
+EXACT_BATCHES = 4096
+"""Batches below this index are totalled one by one, so that ``stage_summary(skip_batches=...)``
+can leave warm-up out exactly; later ones (and ranges without a batch) share one total per name."""
 _lock = threading.Lock()
-_records: list[tuple] = []  # raw tuples; cuda events resolved on demand
+_records: collections.deque = collections.deque(maxlen=MAX_RECORDS)  # raw tuples; cuda events resolved on demand
+_states: list = []  # every thread's _ThreadState, for its totals
 _recording = True
 _cuda_timing = False
 _now = time.perf_counter_ns
@@ -129,12 +138,17 @@ class _ThreadState:
     """Per thread: the NVTX event attributes by (name, colour), and finished range objects to
     reuse (so that opening a range allocates nothing once a thread is warm)."""
 
-    __slots__ = ("attrs", "pool")
+    __slots__ = ("attrs", "pool", "totals")
 
     def __init__(self):
         self.attrs: dict[tuple, tuple] = {}
         self.pool: list[_Range] = []
+        # (name, batch below EXACT_BATCHES or -1) -> [ranges, ns, items]: this thread's alone, so
+        # no lock and no lost update; bounded by names x EXACT_BATCHES
+        self.totals: dict[tuple, list] = {}
         _threads[_get_ident()] = threading.current_thread()  # for records()
+        with _lock:
+            _states.append(self)
 
 
 def _new_attributes(st: _ThreadState, name: str, color: str | None) -> tuple:
@@ -207,10 +221,18 @@ class _Range:
                 _mark(self.mark, _HANDLE)
             _pop(_HANDLE)
         if _recording:
-            # list.append is atomic under the GIL: no lock on the hot path; the thread's id and
+            # deque.append is atomic under the GIL: no lock on the hot path; the thread's id and
             # name are looked up when the records are read
             _records.append((self.name, self.t0, t1, _get_ident(), self.batch, self.items,
                              self.cuda_start, cuda_end))
+            b = self.batch
+            key = (self.name, b if b is not None and 0 <= b < EXACT_BATCHES else -1)
+            tot = self.st.totals.get(key)
+            if tot is None:
+                tot = self.st.totals[key] = [0, 0, 0]
+            tot[0] += 1
+            tot[1] += t1 - self.t0
+            tot[2] += self.items or 0
         self.st.pool.append(self)
 
 
@@ -260,7 +282,8 @@ def mark(name: str, *, payload: int | None = None, color: str = "white") -> None
 
 
 def records() -> list[Record]:
-    """All ranges finished since the last :func:`reset`, in completion order."""
+    """The ranges finished since the last :func:`reset`, in completion order: the latest
+    :data:`MAX_RECORDS` of them."""
     with _lock:
         raw = list(_records)
     out = []
@@ -275,20 +298,29 @@ def records() -> list[Record]:
 
 
 def stage_summary(*, skip_batches: int = 0) -> dict[str, dict]:
-    """Per range name: count, total_ms, mean_ms, items, ms_per_item (and cuda_ms when timed).
+    """Per range name, over every range since the last :func:`reset`: count, total_ms, mean_ms,
+    items, ms_per_item (and cuda_ms when timed, over the ranges :func:`records` still holds).
 
     Args:
-        skip_batches: ranges whose batch index is below this are left out (warm-up).
+        skip_batches: ranges whose batch index is below this are left out (warm-up); at most
+            :data:`EXACT_BATCHES`.
     """
+    if skip_batches > EXACT_BATCHES:
+        raise ValueError(f"skip_batches={skip_batches}: at most {EXACT_BATCHES} warm-up batches are told apart")
     summary: dict[str, dict] = {}
-    for r in records():
-        if r.batch is not None and r.batch < skip_batches:
-            continue
-        s = summary.setdefault(r.name, {"count": 0, "total_ms": 0.0, "items": 0, "cuda_ms": None})
-        s["count"] += 1
-        s["total_ms"] += r.duration_ns / 1e6
-        s["items"] += r.items or 0
-        if r.cuda_ms is not None:
+    with _lock:
+        states = list(_states)
+    for st in states:
+        for (name, batch), (count, ns, items) in list(st.totals.items()):
+            if 0 <= batch < skip_batches:
+                continue
+            s = summary.setdefault(name, {"count": 0, "total_ms": 0.0, "items": 0, "cuda_ms": None})
+            s["count"] += count
+            s["total_ms"] += ns / 1e6
+            s["items"] += items
+    for r in records() if _cuda_timing else ():
+        if r.cuda_ms is not None and not (r.batch is not None and r.batch < skip_batches):
+            s = summary[r.name]
             s["cuda_ms"] = (s["cuda_ms"] or 0.0) + r.cuda_ms
     for s in summary.values():
         s["mean_ms"] = s["total_ms"] / s["count"]
@@ -297,9 +329,11 @@ def stage_summary(*, skip_batches: int = 0) -> dict[str, dict]:
 
 
 def reset() -> None:
-    """Forget every recorded range."""
+    """Forget every recorded range (and every thread's totals)."""
     with _lock:
         _records.clear()
+        for st in _states:
+            st.totals.clear()
 
 
 # ----------------------------------------------------------------------------- results file

@@ -1,4 +1,4 @@
-"""Command line: ``python -m labkit {doctor,profile,summary,compare,advise,bottleneck,timeline,kernels,export,table} ...``.
+"""Command line: ``python -m labkit {doctor,profile,summary,compare,advise,bottleneck,timeline,kernels,export,table,kernel} ...``.
 
 ``profile`` and ``summary`` are here; ``doctor`` and ``table`` live with the modules that do
 the work and are imported only when asked for, so ``python -m labkit doctor`` does not import
@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from labkit.errors import LabkitError
+from labkit.errors import LabkitError, seconds_arg
 from labkit.safe_text import csv_frame, terminal, terminal_lines
 
 __all__ = ["main", "cli_profile", "cli_summary", "text_table", "print_tables", "report_paths"]
@@ -30,7 +30,8 @@ _COMMANDS = {
     "timeline": ("labkit.cli_report", "cli_timeline", "draw a report's timeline: python -m labkit timeline REPORT -o x.png|x.html"),
     "kernels": ("labkit.cli_report", "cli_kernels", "kernel statistics: percentiles, launch latency, queues, streams, copy bandwidth"),
     "export": ("labkit.show.perfetto", "cli_export", "export a report as a Perfetto trace: python -m labkit export --perfetto REPORT [-o PATH]"),
-    "table": ("labkit.bench.tables", "cli_table", "print the relative-speedup table of a ledger: python -m labkit table [PATH]"),
+    "table": ("labkit.bench.table_cli", "cli_table", "print the relative-speedup table of a ledger: python -m labkit table [PATH]"),
+    "kernel": ("labkit.record.kernel", "cli", "install the Jupyter kernel that %%nsys records cells of: python -m labkit kernel install [--sys-prefix]"),
 }
 
 
@@ -127,7 +128,9 @@ def cli_summary(argv: list[str]) -> int:
                         f"{','.join(_MANY_WHAT)}")
     p.add_argument("--window", default=None, help="START_NS,END_NS: only what starts in that span")
     p.add_argument("--within", default=None, help="an NVTX range name: only what starts inside its instances")
-    p.add_argument("--csv", action="store_true", help="print CSV instead of a text table")
+    p.add_argument("--csv", action="store_true", help="print CSV instead of a text table (nsys's units: ns)")
+    p.add_argument("--ns", action="store_true", help="times in ns under nsys's column names (default: ms, "
+                                                     "the unit in each header: total_ms)")
     p.add_argument("--warmup", type=count_arg, default=0, help="batches left out of --what batches")
     p.add_argument("--wide", action="store_true", help="names in full (default: cut to the terminal width, COLUMNS)")
     p.add_argument("--scheduler", default=None,
@@ -155,10 +158,16 @@ def cli_summary(argv: list[str]) -> int:
         if len(window) != 2:
             print(f"labkit: --window {args.window!r}: give START_NS,END_NS, two integers", file=sys.stderr)
             return 2
+    report = args.report[0]
+    if window is None and args.within is None and not args.csv and _LEAN:
+        from labkit.stats.lean import lean_summaries
+
+        lean = lean_summaries(report, what)
+        if lean is not None:
+            return _print_lean(*lean, args, report)
     from labkit.report.load import load_report
 
     out = []
-    report = args.report[0]
     try:
         rep = load_report(report)
         if window is not None or args.within is not None:
@@ -178,6 +187,32 @@ def cli_summary(argv: list[str]) -> int:
     return 0
 
 
+_LEAN = True  # summary's text from sqlite3 where the export allows (labkit.stats.lean); tests compare both
+
+
+def _print_lean(tables, notes, args, source: str) -> int:
+    """Print :func:`labkit.stats.lean.lean_summaries`'s tables as :func:`print_tables` prints frames."""
+    from labkit.show.text import plain_table
+
+    for note in notes:
+        print(f"labkit: note: {note}", file=sys.stderr)
+    for i, (w, columns, rows) in enumerate(tables):
+        if len(tables) > 1:
+            print(("\n" if i else "") + f"== {w} ==")
+        if not rows:
+            print(f"(no {w} data in {source})")
+            continue
+        numeric = {c for c in columns if c not in ("name", "domain", "style")}
+        if not args.ns:  # in ms, the unit in the header, as in_ms does
+            ms = [j for j, c in enumerate(columns) if c.endswith("_ns")]
+            rows = [[v / 1e6 if j in ms else v for j, v in enumerate(r)] for r in rows]
+            columns = [c[:-3] + "_ms" if c.endswith("_ns") else c for c in columns]
+            numeric = {c[:-3] + "_ms" if c.endswith("_ns") else c for c in numeric}
+        print(plain_table(columns, rows, numeric, width=None if args.wide else _terminal_width(),
+                          places={c: 3 for c in columns if c.endswith("_ms")}))
+    return 0
+
+
 def print_tables(out, args, source: str) -> None:
     """Print named tables (``[(name, frame), ...]`` or a dict) as the command line does: a text table
     cut to the terminal (``args.wide``: in full) or CSV (``args.csv``), a title each when several,
@@ -191,7 +226,16 @@ def print_tables(out, args, source: str) -> None:
         elif len(df) == 0:
             print(f"(no {w} data in {source})")
         else:
-            print(text_table(df, width=None if args.wide else _terminal_width()))
+            ms = getattr(args, "ns", True) is False  # summary's text: ms unless --ns
+            df = in_ms(df) if ms else df
+            print(text_table(df, width=None if args.wide else _terminal_width(),
+                             places={c: 3 for c in df.columns if isinstance(c, str) and c.endswith("_ms")}))
+
+
+def in_ms(df):
+    """``df`` with each ``*_ns`` column in milliseconds, renamed ``*_ms`` (the unit in the header)."""
+    cols = [c for c in df.columns if isinstance(c, str) and c.endswith("_ns")]
+    return df.assign(**{c: df[c] / 1e6 for c in cols}).rename(columns={c: c[:-3] + "_ms" for c in cols})
 
 
 def report_paths(specs: list[str]) -> list[Path]:
@@ -261,7 +305,7 @@ def cli_profile(argv: list[str]) -> int:
     p.add_argument("--capture-range", default=None,
                    help="cudaProfilerApi, or an NVTX range name that starts the capture")
     p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--timeout", type=float, default=None, metavar="S",
+    p.add_argument("--timeout", type=seconds_arg, default=None, metavar="S",
                    help="stop the run after S seconds (nsys writes what it has) and fail")
     p.add_argument("--summary", choices=("nvtx", "kernels", "none"), default="nvtx",
                    help="summary printed afterwards")
@@ -296,29 +340,27 @@ def _terminal_width() -> int | None:
     return shutil.get_terminal_size((160, 24)).columns
 
 
-def text_table(df, *, width: int | None = None) -> str:
+def text_table(df, *, width: int | None = None, places: dict | None = None) -> str:
     """``df`` as a plain text table: whole numbers as integers, other numbers in fixed point (never
     scientific notation), and the text columns cut (ending in "…", 12 characters at least) so each
-    line fits ``width`` characters where the numbers leave room (None: in full)."""
+    line fits ``width`` characters where the numbers leave room (None: in full); ``places``: decimal
+    places of the columns it names."""
     import pandas as pd
+
+    from labkit.show.text import narrow_text_columns
 
     def numbers(col: pd.Series) -> pd.Series:
         vals = col.dropna().astype(float)
         whole = bool((vals == vals.round()).all())
-        places = 0 if whole else 1 if vals.abs().max() >= 10 else 3
-        return col.map(lambda v: "" if pd.isna(v) else f"{float(v):.{places}f}")
+        n = (places or {}).get(col.name, 0 if whole else 1 if vals.abs().max() >= 10 else 3)
+        return col.map(lambda v: "" if pd.isna(v) else f"{float(v):.{n}f}")
 
     numeric = {c: pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in df.columns}
     # text from a report is data: control characters shown, never obeyed (a newline splits no row)
     cells = {c: numbers(df[c]) if numeric[c] else df[c].map(terminal) for c in df.columns}
     widths = {c: max(len(terminal(c)), int(cells[c].str.len().max() if len(df) else 0)) for c in df.columns}
     text = [c for c in df.columns if not numeric[c]]
-    while width and text:
-        over = sum(widths.values()) + 2 * (len(widths) - 1) - width
-        widest = max(text, key=widths.get)
-        if over <= 0 or widths[widest] <= 12:
-            break
-        widths[widest] = max(12, len(str(widest)), widths[widest] - over)
+    narrow_text_columns(widths, text, width)
     for c in text:
         cells[c] = cells[c].map(lambda v, w=widths[c]: v if len(v) <= w else v[:w - 1] + "…")
 

@@ -96,6 +96,9 @@ def _judgement_args(argv: list[str], name: str, description: str) -> tuple[argpa
     _span_options(p)
     p.add_argument("--whole", action="store_true", help="the whole trace (default: the steady window past "
                                                         "start-up, which the output names)")
+    p.add_argument("--explain", action="store_true", help="add each finding's evidence and assumptions")
+    if name == "bottleneck":
+        p.add_argument("--table", action="store_true", help="add the table of every thread and stage")
     _out_format(p)
     args = p.parse_args(argv)
     return args, dict(warmup=args.warmup, steady=not args.whole, **_span(args))
@@ -113,18 +116,21 @@ def cli_advise(argv: list[str]) -> int:
     except LabkitError as exc:
         return _fail(exc)
     if args.json:
-        _print_json({"report": str(rep.path), **dict(df.attrs), "findings": df})
+        _print_json({"report": str(rep.path), "notes": list(rep.notes), **dict(df.attrs), "findings": df})
     elif args.csv:
+        _notes_to_stderr(rep.notes)
         csv_frame(df).to_csv(sys.stdout, index=False)
     else:
-        note = df.attrs.get("note")
-        if note:
-            print(terminal(note))
-        from labkit.judge.advice import finding_sentence
+        from labkit.show.text import advise_lines
 
-        for i, r in enumerate(df.to_dict(orient="records"), 1):
-            print(f"{i}. {terminal(finding_sentence(r))} Lever: {terminal(r.get('lever_text') or r.get('lever'))}.")
+        print("\n".join(advise_lines(df.to_dict(orient="records"), dict(df.attrs), rep.notes, explain=args.explain)))
     return 0
+
+
+def _notes_to_stderr(notes) -> None:
+    """A CSV stays a table: the report's notes go to stderr, one line each."""
+    for note in dict.fromkeys(notes or []):
+        print(f"labkit: note: {terminal(note)}", file=sys.stderr)
 
 
 def cli_bottleneck(argv: list[str]) -> int:
@@ -140,13 +146,16 @@ def cli_bottleneck(argv: list[str]) -> int:
         return _fail(exc)
     table = getattr(b, "table", None)
     if args.json:
-        _print_json({"report": str(rep.path), **_jsonable(b)})
+        _print_json({"report": str(rep.path), "notes": list(rep.notes), **_jsonable(b)})
     elif args.csv:
+        _notes_to_stderr(rep.notes)
         if table is not None:
             csv_frame(table).to_csv(sys.stdout, index=False)
     else:
-        print(str(b))
-        if table is not None and len(table):
+        from labkit.show.text import bottleneck_lines
+
+        print("\n".join(bottleneck_lines(b, rep.notes, explain=args.explain)))
+        if args.table and table is not None and len(table):
             print()
             print(text_table(table, width=None if args.wide else _terminal_width()))
     return 0
@@ -239,8 +248,15 @@ def cli_kernels(argv: list[str]) -> int:
     except LabkitError as exc:
         return _fail(exc)
     if args.json:
-        _print_json({"report": str(rep.path), **out})
+        _print_json({"report": str(rep.path), "notes": list(rep.notes), **out})
         return 0
+    if args.csv:
+        _notes_to_stderr(rep.notes)
+    else:
+        from labkit.show.text import note_lines
+
+        for line in note_lines(rep.notes):
+            print(line)
     print_tables(out, args, args.report)
     return 0
 
@@ -250,8 +266,8 @@ def cli_compare(argv: list[str]) -> int:
     (repeats: the headline gets a 95 % interval): the headline (wall and GPU time of each side's
     window), then what changed from A to B."""
     p = argparse.ArgumentParser(prog="python -m labkit compare",
-                                description="The headline (wall and GPU time of each side's window: 'B is 1.45x "
-                                            "faster'), then per NVTX range, kernel and CUDA API call: counts, "
+                                description="The headline (the measured runs' speed-up where a ledger beside the "
+                                            "reports has them, else the profiled wall and GPU time), then per NVTX range, kernel and CUDA API call: counts, "
                                             "totals and deltas of two reports, the biggest changes first.")
     p.add_argument("reports", nargs="+", metavar="REPORT", help="A B; or the repeats of A, with --vs B1 B2 ...")
     p.add_argument("--vs", nargs="+", default=None, metavar="B", help="side B's reports (repeats of one run)")
@@ -268,7 +284,12 @@ def cli_compare(argv: list[str]) -> int:
     from labkit.stats.compare import compare
 
     try:
-        df = compare(a, b, **span)
+        measured = None
+        if args.vs is None and not span:  # one run a side, whole: the ledgers beside them may have measured it
+            from labkit.bench.measured import measured_speedup
+
+            measured = measured_speedup(a, b) or False
+        df = compare(a, b, measured=measured, **span)
     except LabkitError as exc:
         return _fail(exc)
     head = df.attrs.get("headline")
@@ -281,7 +302,9 @@ def cli_compare(argv: list[str]) -> int:
         print(str(head), file=sys.stderr)
         csv_frame(df).to_csv(sys.stdout, index=False)
         return 0
-    print(str(head))
+    from labkit.show.text import wrapped
+
+    print("\n".join(wrapped(str(head))))
     print()
     if len(df) == 0:
         print("(nothing to compare: neither report holds NVTX ranges, kernels or CUDA API calls)")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from labkit import env
 
 __all__ = ["Check", "run_checks", "doctor", "nvtx_verdict", "onnxruntime_verdict", "compiler_verdict",
-           "cuda_probe_verdict", "cuda_pair_verdict", "cli", "MODES", "CUDA_INDEX"]
+           "cuda_probe_verdict", "cuda_pair_verdict", "sharing_verdict", "cli", "MODES", "CUDA_INDEX"]
 
 MODES = ("analysis", "lab", "gpu")
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
@@ -52,7 +52,7 @@ def _vtuple(v: str) -> tuple[int, ...]:
 def nvtx_verdict(nvtx_version: str | None, nsys_version: str | None) -> tuple[str, str, str]:
     """Will this nsys record ranges from this Python ``nvtx``? Returns (status, detail, fix).
 
-    Measured (see README, "NVTX and nsys versions"): nsys 2022.4 records no ranges from nvtx
+    Measured (see docs/recording.md, "NVTX and nsys versions"): nsys 2022.4 records no ranges from nvtx
     0.2.12 and newer (0.2.12 made calls no-ops unless the tool answers
     ``nvtxDomainIsEnabled``; NVIDIA/NVTX issue 126 reports the same with nsys 2023.2).
     nvtx 0.2.11 is recorded by nsys 2022.4 and 2025.3 alike.
@@ -111,6 +111,31 @@ def _check_gpu() -> Check:
     return Check("gpu", OK, detail, "", ("gpu",))
 
 
+def sharing_verdict(compute_mode: str | None, *, mps: bool) -> Check:
+    """Whether several processes can share the GPU (``processes2``, ``ranks2``, a class on one box):
+    its compute mode (``nvidia-smi -c``) and whether MPS serves it."""
+    with_mps = "MPS running: their kernels run side by side" if mps else \
+        "no MPS: their kernels take turns (nvidia-cuda-mps-control -d lets them run side by side)"
+    if compute_mode in (None, "DEFAULT"):
+        mode = "compute mode DEFAULT" if compute_mode else "compute mode unknown (NVML did not say)"
+        return Check("gpu sharing", OK, f"{mode}: several processes can share the GPU; {with_mps}", "", ())
+    if compute_mode == "PROHIBITED":
+        return Check("gpu sharing", FAIL, "compute mode PROHIBITED: no process can create a CUDA context on it",
+                     "ask its administrator for nvidia-smi -c DEFAULT, or use another GPU", ("gpu",))
+    if mps:  # EXCLUSIVE_PROCESS (or _THREAD) with MPS: the MPS server is the one process; clients share it
+        return Check("gpu sharing", OK, f"compute mode {compute_mode} with MPS running: processes share the GPU "
+                     "through the MPS server", "", ())
+    return Check("gpu sharing", WARN, f"compute mode {compute_mode} and no MPS: one process per GPU, so the steps "
+                 "that run several processes on one GPU (processes2, ranks2) fail creating their CUDA context",
+                 "start MPS (nvidia-cuda-mps-control -d), ask for nvidia-smi -c DEFAULT, or give each process its "
+                 "own GPU", ())
+
+
+def _check_sharing() -> list[Check]:
+    gpus = env.visible_gpus()
+    return [sharing_verdict(gpus[0].get("compute_mode"), mps=env.mps_running())] if gpus else []
+
+
 def _check_nsys() -> tuple[Check, str | None]:
     path = env.find_nsys()
     if path is None:
@@ -124,6 +149,18 @@ def _check_nsys() -> tuple[Check, str | None]:
         return Check("nsys", FAIL, f"{path} does not run (nsys --version failed)",
                      "reinstall Nsight Systems or point LABKIT_NSYS at a working nsys", ("lab", "gpu")), None
     return Check("nsys", OK, f"nsys {version} at {path}", "", ("lab", "gpu")), version
+
+
+def _check_environment() -> Check:
+    """What of this environment a profiled program will not see: nsys 2025.x records the whole
+    process environment in each report, so labkit removes the secrets (labkit.record.proc.profiled_env)."""
+    from labkit.record.proc import SECRET_NAMES, SECRET_SUFFIXES, is_secret
+
+    rule = ", ".join([*SECRET_NAMES, *(f"*{s}" for s in SECRET_SUFFIXES)])
+    here = sorted(k for k in os.environ if is_secret(k))
+    now = f"; removed here: {', '.join(here)}" if here else "; none is set here"
+    return Check("environment", OK, f"nsys records the profiled program's environment in each report (nsys 2025.x): "
+                 f"labkit removes {rule}{now}")
 
 
 _NVTX_PROBE = textwrap.dedent("""
@@ -160,7 +197,7 @@ def _probe(nsys: str, nsys_version: str | None, *, cuda: bool) -> list[Check]:
         except NsysError as exc:
             tail = str(exc).strip().splitlines()[-1:] or ["no output"]
             return [Check("nvtx probe", FAIL, f"nsys profile failed: {tail[0]}",
-                          "see README 'Nsight Systems' (importer symlink fix: scripts/install-nsys)", ("lab", "gpu"))]
+                          "see docs/recording.md (importer symlink fix: scripts/install-nsys)", ("lab", "gpu"))]
     ranges = int(((nv["name"] == "labkit_probe") & (nv["kind"] != "mark")).sum())
     checks = [Check("nvtx probe", OK, f"nsys recorded {ranges}/3 ranges of a probe program", "", ("lab", "gpu"))
               if ranges >= 3 else
@@ -326,9 +363,10 @@ def _check_disk(reports) -> list[Check]:
 
 def run_checks(*, reports: str | None = None, probe: bool = False) -> list[Check]:
     """Run every check; ``probe`` also profiles a tiny NVTX program with nsys (about 5-10 s)."""
-    checks = [_check_python(), *_check_torch(), _check_gpu()]
+    checks = [_check_python(), *_check_torch(), _check_gpu(), *_check_sharing()]
     nsys_check, nsys_ver = _check_nsys()
     checks.append(nsys_check)
+    checks.append(_check_environment())
     status, detail, fix = nvtx_verdict(env.package_version("nvtx"), nsys_ver)
     checks.append(Check("nvtx", status, detail, fix, ("lab", "gpu") if status == FAIL else ()))
     if probe and nsys_ver is not None:

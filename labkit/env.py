@@ -96,6 +96,10 @@ def project_root() -> Path | None:
     return root if (root / "pyproject.toml").is_file() else None
 
 
+LEDGER_NAME = "ledger.jsonl"
+"""The ledger's file name in a reports folder (``labkit.bench``'s runs append to it)."""
+
+
 def reports_dir(default: str | os.PathLike = "reports", *, env: dict | None = None) -> Path:
     """Where runs write profiles, results and the ledger: ``$LABKIT_REPORTS``, else ``default``
     (``reports`` under the working folder; the project's scripts pass their own ``reports/``).
@@ -186,7 +190,19 @@ def _nvml_row(pynvml, h, *, index: int, driver, cuda) -> dict:
         "sm_clock_max_mhz": get(pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_SM),
         "mem_clock_max_mhz": get(pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_MEM),
         "sm_clock_mhz": get(pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_SM),
+        "compute_mode": COMPUTE_MODES.get(get(pynvml.nvmlDeviceGetComputeMode)),
     }
+
+
+COMPUTE_MODES = {0: "DEFAULT", 1: "EXCLUSIVE_THREAD", 2: "PROHIBITED", 3: "EXCLUSIVE_PROCESS"}
+"""NVML's compute modes (``nvmlComputeMode_t``) by value, named as ``nvidia-smi -c`` names them."""
+
+
+def mps_running(environ: dict | None = None) -> bool:
+    """Whether an MPS control daemon serves this user: its control pipe in ``CUDA_MPS_PIPE_DIRECTORY``
+    (default ``/tmp/nvidia-mps``), where ``nvidia-cuda-mps-control -d`` creates it."""
+    environ = os.environ if environ is None else environ
+    return (Path(environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps") / "control").exists()
 
 
 def _mig_rows(pynvml, h, parent: dict) -> list[dict]:

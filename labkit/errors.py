@@ -1,10 +1,13 @@
 """Exceptions shared across labkit; each module defines its specific subclasses."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import errno
 import fcntl
 import json
+import math
+import numbers
 import os
 import shutil
 from pathlib import Path
@@ -112,6 +115,8 @@ def check_writable(folder, *, need_bytes: int = 0, what: str = "write to") -> Pa
     ``need_bytes`` free (an estimate). Returns the folder; raises :class:`OutputError` naming it."""
     folder = Path(folder)
     created = [p for p in (folder, *folder.parents) if not p.exists()][::-1]
+    for p in created:
+        claim_written(p, folder=True)  # listed before it exists: a full disk never leaves it unlisted
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -140,10 +145,51 @@ def _stamp(st: os.stat_result) -> bytes:
     return f"{st.st_size}:{st.st_mtime_ns}".encode()
 
 
+def _list(path: Path, folder: bool) -> None:
+    """Add ``path`` to its folder's :data:`MANIFEST` when it lies directly in the lab's reports folder
+    and is not listed yet (one line per name, however often labkit writes it). Raises OSError."""
+    from labkit.env import reports_dir
+
+    lab = reports_dir().resolve()
+    if path.parent.resolve() != lab or path.name == MANIFEST:
+        return
+    fd = os.open(lab / MANIFEST, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if path.name in _names(os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", errors="replace")):
+            return
+        line = (json.dumps({"name": path.name, "kind": "folder" if folder else "file"}) + "\n").encode()
+        size = os.fstat(fd).st_size
+        try:
+            if os.write(fd, line) != len(line):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            os.ftruncate(fd, size)  # no half line
+            raise
+    finally:
+        os.close(fd)
+
+
+def claim_written(path, *, folder: bool = False) -> None:
+    """List ``path`` in the lab's :data:`MANIFEST` before labkit creates it, so that what it writes is
+    never there unlisted (a full disk at the first line left the file and no line: ``make reset`` then
+    refused the folder for good); :class:`OutputError` in one line when the manifest cannot be written."""
+    path = Path(path)
+    try:
+        _list(path, folder)
+    except FileNotFoundError:  # no lab folder yet: nothing can be written into it either (that write says so)
+        return
+    except OSError as exc:
+        from labkit.env import reports_dir
+
+        raise output_error(reports_dir() / MANIFEST, exc, what=f"list {path.name} in the lab's manifest") from None
+
+
 def record_written(path) -> None:
     """Mark ``path`` (a file labkit just wrote, or a folder it created) as labkit's: an extended
-    attribute on it (a file's size and mtime, so an edit since makes it the user's again) and,
-    for an entry directly in the lab's reports folder, a line in that folder's :data:`MANIFEST`.
+    attribute on it (a file's size and mtime, so an edit since makes it the user's again: call it
+    again after each write of labkit's own) and, for an entry directly in the lab's reports folder,
+    its line in that folder's :data:`MANIFEST` (:func:`claim_written` lists it before it is written).
     Best effort: a file system without user attributes only means labkit asks for overwrite."""
     path = Path(path)
     try:
@@ -153,18 +199,18 @@ def record_written(path) -> None:
     is_dir = path.is_dir()
     with contextlib.suppress(OSError):
         os.setxattr(path, _XATTR, b"folder" if is_dir else _stamp(st))
-    from labkit.env import reports_dir
-
     with contextlib.suppress(OSError):
-        lab = reports_dir().resolve()
-        if path.parent.resolve() != lab or path.name == MANIFEST:
-            return
-        fd = os.open(lab / MANIFEST, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.write(fd, (json.dumps({"name": path.name, "kind": "folder" if is_dir else "file"}) + "\n").encode())
-        finally:
-            os.close(fd)
+        _list(path, is_dir)
+
+
+def edited_since_written(path) -> bool:
+    """True when ``path`` is a file labkit marked as written and that changed since (the user edited
+    it: its content is theirs now, whatever its name); False for an unmarked file or a folder."""
+    try:
+        value, st = os.getxattr(path, _XATTR), os.stat(path)
+    except OSError:
+        return False
+    return value != b"folder" and value != _stamp(st)
 
 
 def written_by_labkit(path) -> bool:
@@ -179,11 +225,55 @@ def written_by_labkit(path) -> bool:
 def manifest_names(folder) -> set[str]:
     """Names of the entries directly in the lab's reports ``folder`` that labkit recorded writing."""
     try:
-        lines = (Path(folder) / MANIFEST).read_text(encoding="utf-8", errors="replace").splitlines()
+        return _names((Path(folder) / MANIFEST).read_text(encoding="utf-8", errors="replace"))
     except OSError:
         return set()
+
+
+def _names(text: str) -> set[str]:
     out = set()
-    for line in lines:
+    for line in text.splitlines():
         with contextlib.suppress(ValueError, TypeError, KeyError):
             out.add(str(json.loads(line)["name"]))
     return out
+
+
+# ----------------------------------------------------------------------------- arguments checked for sense
+# Not only shape: a time limit is a finite number of seconds above 0, a count a whole number in its
+# range (not NaN, not infinite, not a bool). Used by the API's entry points and, as argparse types,
+# by the command line (a usage error, exit status 2).
+class ArgumentError(LabkitError, ValueError):
+    """An argument of the right type whose value makes no sense (NaN, infinite, negative, out of range)."""
+
+
+def seconds(value, what: str, *, allow_none: bool = True) -> float | None:
+    """``value`` as a finite number of seconds above 0 (None kept where ``allow_none``: no limit)."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentError(f"{what}={value!r:.40} is not a number of seconds: give one above 0, e.g. 60")
+    v = float(value)
+    if not math.isfinite(v) or v <= 0:
+        raise ArgumentError(f"{what}={v:g} is not a time limit: give a finite number of seconds above 0, e.g. 60"
+                            + (" (or none, for no limit)" if allow_none else ""))
+    return v
+
+
+def count(value, what: str, *, minimum: int = 0) -> int:
+    """``value`` as a whole number, ``minimum`` or more (a float that is whole is taken)."""
+    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(float(value)) \
+        and float(value) == int(value)
+    if not ok:
+        raise ArgumentError(f"{what}={value!r:.40} is not a whole number: give one of {minimum} or more")
+    if int(value) < minimum:
+        raise ArgumentError(f"{what}={int(value)} is below {minimum}: give {minimum} or more")
+    return int(value)
+
+
+def seconds_arg(text: str) -> float:
+    """An argparse type for a time limit in seconds (``--timeout``): argparse's one-line usage error otherwise."""
+    try:
+        return seconds(float(text), "--timeout", allow_none=False)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc) if isinstance(exc, ArgumentError)
+                                         else f"{text!r} is not a number of seconds") from None

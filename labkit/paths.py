@@ -26,10 +26,11 @@ import re
 import tempfile
 from pathlib import Path
 
-from labkit.errors import (MANIFEST, LabkitError, OutputError, manifest_names, output_error, record_written,
-                           written_by_labkit)
+from labkit.errors import (MANIFEST, LabkitError, OutputError, claim_written, manifest_names, output_error,
+                           record_written, written_by_labkit)
 
-__all__ = ["NAME_MAX", "MANIFEST", "NameError_", "OutputExistsError", "check_name", "report_files", "nsys_output",
+__all__ = ["NAME_MAX", "MANIFEST", "NameError_", "OutputExistsError", "check_name", "report_base", "report_files",
+           "bounded_name", "nsys_output",
            "check_input", "check_output", "atomic_write", "written_by_labkit", "record_written", "manifest_names"]
 
 NAME_MAX = 255
@@ -79,11 +80,52 @@ def check_name(name, *, what: str = "name", suffix: str = ".nsys-rep") -> str:
     return name
 
 
+NSYS_REPLACES = (".nsys-rep", ".qdrep", ".qdstrm", ".sqlite", ".json", ".h5", ".txt")
+"""Endings ``nsys profile -o`` replaces with ``.nsys-rep`` instead of adding it (nsys 2022.4, measured
+here 2026-12-01: ``-o z.sqlite`` writes ``z.nsys-rep``; ``.csv``, ``.log``, ``.fp16`` get it added)."""
+NSYS_MAY_REPLACE = (".arrow", ".parquetdir")
+"""Export types of newer nsys whose handling in ``-o`` was not measured: a name ending so is refused."""
+
+
+def report_base(name: str) -> str:
+    """The name nsys really records under for ``-o name``: ``base.nsys-rep`` or ``base.sqlite`` writes
+    ``base.nsys-rep`` (:data:`NSYS_REPLACES`), so its base is ``base``; any other name is its own base.
+    A name ending in :data:`NSYS_MAY_REPLACE` is :class:`NameError_` (nsys might write either name)."""
+    if not isinstance(name, str):
+        return name
+    for end in NSYS_REPLACES:
+        if name.endswith(end):
+            return name[:-len(end)]
+    if name.endswith(NSYS_MAY_REPLACE):
+        raise NameError_(f"the report name {_shown(name)} ends in {os.path.splitext(name)[1]!r}, an export type "
+                         f"nsys may replace with .nsys-rep: choose a name without it (e.g. {_shown(name.replace('.', '-'))})")
+    return name
+
+
 def report_files(outdir, name: str) -> dict[str, Path]:
     """``{suffix: path}`` of what recording ``name`` in ``outdir`` writes (``.nsys-rep``,
-    ``.sqlite``, ``.log``): the suffix added to the whole name, as nsys does."""
-    check_name(name, what="report name")
-    return {s: Path(outdir) / f"{name}{s}" for s in REPORT_SUFFIXES}
+    ``.sqlite``, ``.log``): the suffix added to the whole name, as nsys does (to the name without the
+    ``.nsys-rep``, ``.sqlite``... it ends in, which nsys replaces: :func:`report_base`)."""
+    base = report_base(name)
+    check_name(base, what="report name")
+    return {s: Path(outdir) / f"{base}{s}" for s in REPORT_SUFFIXES}
+
+
+def bounded_name(stem: str, suffix: str = "", *, spare: int = 0) -> str:
+    """``stem + suffix`` when it fits in one file name (:data:`NAME_MAX` bytes); else ``stem`` cut
+    (on a character boundary) with ``-`` and 10 hex digits of its SHA-1 before ``suffix``: a name that
+    labkit derives from a legal one (a cache folder, a partial export) always fits and stays unique.
+    ``spare``: bytes left free for what another program appends (SQLite's ``-journal``: 8)."""
+    import hashlib
+
+    if len(os.fsencode(stem + suffix)) + spare <= NAME_MAX:
+        return stem + suffix
+    tag = "-" + hashlib.sha1(os.fsencode(stem)).hexdigest()[:10]
+    room = NAME_MAX - spare - len(os.fsencode(tag + suffix))
+    cut = stem
+    while len(os.fsencode(cut)) > room:  # by characters: one may take up to four bytes
+        cut = cut[:-1]
+    return cut + tag + suffix
 
 
 def nsys_output(base) -> str:
@@ -139,8 +181,11 @@ def atomic_write(path, data: str | bytes, *, overwrite: bool = False, what: str 
     path = check_output(path, overwrite=overwrite, what=what)
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     folder = path.parent
+    claim_written(path)  # in the manifest before it exists (make reset never meets it unlisted)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:200]}.", suffix=".tmp", dir=folder)
+        random = "XXXXXXXX.tmp"  # what mkstemp adds: 8 characters and the suffix
+        fd, tmp = tempfile.mkstemp(prefix=bounded_name(f".{path.name}", f".{random}")[:-len(random)], suffix=".tmp",
+                                   dir=folder)
     except OSError as exc:
         raise output_error(path, exc, need_bytes=len(raw), what=f"write the {what}") from None
     try:

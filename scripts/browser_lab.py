@@ -450,12 +450,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     reports = args.reports or Path(tempfile.mkdtemp(prefix="labkit-browser-reports-"))
     bad: list[str] = []
-    with serve(mode=args.mode, reports=reports) as lab, chromium() as driver:
-        for name in notebooks(args.which):
-            out = run_notebook(driver, lab, name, shot=args.shots / f"{name[:-6]}.png",
-                               solutions_of=ROOT / "notebooks" / name if args.solutions else None)
-            bad += [] if out.clean else [name]
-            print(json.dumps(out.__dict__), flush=True)
+    from labkit.record.proc import signals_as_interrupt
+
+    # SIGTERM, SIGHUP as Ctrl-C: the server and the browser are stopped on the way out (the default
+    # action ended Python at once and left both running), then one line
+    try:
+        with signals_as_interrupt(), serve(mode=args.mode, reports=reports) as lab, chromium() as driver:
+            for name in notebooks(args.which):
+                out = run_notebook(driver, lab, name, shot=args.shots / f"{name[:-6]}.png",
+                                   solutions_of=ROOT / "notebooks" / name if args.solutions else None)
+                bad += [] if out.clean else [name]
+                print(json.dumps(out.__dict__), flush=True)
+    except KeyboardInterrupt as exc:
+        print(f"browser_lab: {exc.args[0] if exc.args else 'interrupted'}: JupyterLab and the browser stopped; "
+              f"the notebooks before it are in the JSON lines above", file=sys.stderr)
+        return 130
     if bad:  # the JSON lines above say what each showed
         print(f"browser_lab: not clean in the browser: {', '.join(bad)}", file=sys.stderr)
     return 1 if bad else 0

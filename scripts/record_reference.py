@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Record the lab's reference in budgeted calls, by a plan: run by step, resume from a tarball, return the state.
 
-    python scripts/record_reference.py plan [--json] [--model h100|cpu] [--mode record] [--steps a,b,...]
+    python scripts/record_reference.py plan [--json] [--model h200|h100|cpu] [--mode record] [--steps a,b,...]
     python scripts/record_reference.py prepare [--state-dir .record] [--resume reports/reference/MACHINE]
-    python scripts/record_reference.py run --out $OUT [--model h100] [--budget S] [--mode record]
+    python scripts/record_reference.py run --out $OUT [--model h200] [--budget S] [--mode record]
         [--machine NAME] [--steps a,b,...] [--state-dir .record] [--work DIR]
     python scripts/record_reference.py fetch FOLDER [--state-dir .record] [--dest reports/reference]
 
@@ -21,7 +21,7 @@ git-ignored and does not outlive a session's machine, the committed folder does.
 then runs the plan's steps one by one: the catalogue's (``labbook.runs.run_step``), then notebook
 06's and 08's, resolved when their turn comes (:func:`late_steps`), while the next step's own
 estimate (its timing model's seconds, scaled by what this recording measured against the model
-so far) fits ``--budget`` (default: the model's 9 minutes less the call's write-out). A step
+so far) fits ``--budget`` (default: the model's call limit, 8 minutes on the H200, less the call's write-out). A step
 that alone exceeds the budget runs in a call of its own. A step that fails or is skipped is a
 ledger row, and the driver goes on; a step started in two calls that never finished is a failed
 row. Before each step it writes ``state.tgz`` (progress, ledger, results: what comes back if the
@@ -84,17 +84,10 @@ def _log(out: Path, text: str) -> None:
 
 
 def commit_info(state_dir: Path) -> dict:
-    """The commit recorded by ``prepare``, else git's answer here, else unknown (and why)."""
-    saved = state_dir / "commit.json"
-    if saved.exists():
-        return json.loads(saved.read_text())
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                    capture_output=True, text=True, check=True).stdout.strip())
-        return {"commit": sha, "dirty": dirty}
-    except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "dirty": None, "note": "no git here and no commit.json: run `prepare` in the checkout"}
+    """The commit that runs (:func:`labbook.record_state.commit_info`: git's over commit.json)."""
+    from labbook.record_state import commit_info as read
+
+    return read(state_dir, ROOT)
 
 
 def write_reference(work: Path, out: Path, *, machine: str, provenance: dict) -> str:
@@ -216,7 +209,7 @@ def run(args) -> int:
                        "TORCHINDUCTOR_CACHE_DIR": str(work / "cache" / "inductor"), "LABKIT_MODE": args.mode})
     os.environ.pop("LABKIT_STRICT", None)  # a failed step is a ledger row, never the end of the call
     t0 = time.monotonic()
-    from labbook.record_state import restore, write_keep, write_state  # after the environment: labbook reads it
+    from labbook.record_state import read_progress, restore, write_keep, write_state  # after the environment: labbook reads it
 
     restored = restore(state_dir, work)
     work.mkdir(parents=True, exist_ok=True)
@@ -230,17 +223,15 @@ def run(args) -> int:
     from labbook.video import sample_path, sample_video
 
     steps, late = catalogue(args.mode), late_steps(args.mode)
-    plan = args.steps.split(",") if args.steps else [*steps, *late]
+    cut = record_plan.cuts(record_plan.machine(args.model), args.mode)  # what teaches nothing there (plan's "cut")
+    plan = args.steps.split(",") if args.steps else [s for s in [*steps, *late] if s not in cut]
     unknown = [s for s in plan if s not in steps and s not in late]
     if unknown:
         print(f"record_reference: unknown step(s) {', '.join(unknown)}: choose from {', '.join([*steps, *late])}",
               file=sys.stderr)
         return 2
     progress_file = work / "progress.json"
-    progress = json.loads(progress_file.read_text()) if progress_file.exists() else {}
-    for key, empty in (("done", []), ("attempts", {}), ("seconds", {}), ("modelled", {}), ("calls", 0),
-                       ("call_minutes", [])):
-        progress.setdefault(key, empty)
+    progress = read_progress(progress_file)
     gpu = _gpu_name()
     if progress.setdefault("gpu", gpu) != gpu:  # one machine's figures per reference folder
         raise SystemExit(f"record_reference: this state was recorded on {progress['gpu']}, this machine has {gpu}: "
@@ -252,7 +243,8 @@ def run(args) -> int:
     budget = args.budget if args.budget is not None else machine.call_limit_s - machine.call_s
     provenance = {**commit_info(state_dir), "mode": args.mode, "machine": args.machine, "gpu": gpu, "plan": plan}
     _log(out, f"call {progress['calls']}: {'state restored from ' + str(state_dir) if restored else 'work folder ' + str(work)}; "
-              f"budget {budget:.0f} s of steps ({machine.name} model); commit {provenance.get('commit')}")
+              f"budget {budget:.0f} s of steps ({machine.name} model); commit {provenance.get('commit')}"
+              f"{' (' + provenance['commit_note'] + ')' if 'commit_note' in provenance else ''}")
     modelled = machine.call_s
     if not sample_path(args.mode).exists():  # a fresh machine: the clip, made again from its seed
         c0 = time.monotonic()
@@ -342,6 +334,8 @@ def show_plan(args) -> int:
         return 0
     for i, c in enumerate(p["calls"], 1):
         print(f"call {i}: {c['minutes']:.2f} min: {', '.join(c['steps'])}")
+    for name, why in p["cut"].items():
+        print(f"cut {name}: {why}")
     lim = p["limits"]
     print(f"total {p['total_minutes']:.2f} min in {len(p['calls'])} calls over {len(p['sessions'])} session(s) "
           f"({p['machine']} model; limits {lim['call_minutes']:g} min a call, {lim['session_minutes']:g} min of device "
@@ -507,7 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("--resume", type=Path, default=None, metavar="FOLDER",
                     help="go on with the recording committed in FOLDER (reports/reference/MACHINE)")
     model = argparse.ArgumentParser(add_help=False)
-    model.add_argument("--model", default="h100", choices=["h100", "cpu"], help="the timing model (default h100)")
+    model.add_argument("--model", default="h200", choices=["h200", "h100", "cpu"],
+                       help="the timing model (default h200, the machine the device tool lends)")
     model.add_argument("--mode", default="record", choices=["small", "full", "record"])
     model.add_argument("--steps", default="", help="comma-separated steps: the catalogue's, then 06's and 08's "
                        "(default: all, in that order)")
@@ -527,7 +522,20 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "run" and args.out is None:
         p.error("--out is required where $OUT is unset")
-    return {"plan": show_plan, "prepare": prepare, "run": run, "fetch": fetch}[args.cmd](args)
+    from labkit.errors import LabkitError
+    from labkit.record.proc import signals_as_interrupt
+
+    try:
+        with signals_as_interrupt():  # SIGTERM, SIGHUP as Ctrl-C: the step's nsys writes what it has
+            return {"plan": show_plan, "prepare": prepare, "run": run, "fetch": fetch}[args.cmd](args)
+    except LabkitError as exc:  # a state file not as the driver wrote it, said in one line
+        print(f"record_reference: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as exc:  # progress and state.tgz are written before each step
+        kept = f"the steps before it are in {args.out / 'state.tgz'}" if args.cmd == "run" else "nothing half-written"
+        print(f"record_reference: {exc.args[0] if exc.args else 'interrupted'}: {kept}; call again to go on",
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ by ``labkit.env.reports_dir``, as the kernels and ``run_lab`` resolve it): the e
 the folder's manifest (``.labkit-written``, kept by labkit as it writes: the ledger, profiles,
 results, videos, executed notebooks, JupyterLab checkpoints and notebook 07's table and figures),
 naming each. A folder that holds anything else is refused whole (nothing removed, the strangers
-named): ``LABKIT_REPORTS`` at a folder of your own never loses your files. The project's own
+named): ``LABKIT_REPORTS`` at a folder of your own never loses your files. A file the lab wrote
+that you edited since (its written-by mark no longer matches it) is kept and named, whatever its name. The project's own
 ``reports/`` also takes the lab's names from before the manifest. Kept: the committed reference
 results (``reference/``, ``browser/``, ``README.md``), the sample
 clips in ``data/`` and the converted models in the cache (``$LABKIT_CACHE_DIR``, else
@@ -58,6 +59,37 @@ def plan(folder: Path) -> tuple[list[Path], list[Path]]:
     return gone, left
 
 
+def edited(path: Path) -> list[Path]:
+    """The files at or under ``path`` (an entry the lab wrote) that the user edited since: their
+    written-by mark no longer matches them (labkit.errors.edited_since_written), so they are theirs."""
+    from labkit.errors import edited_since_written
+
+    if path.is_symlink() or not path.is_dir():
+        return [path] if not path.is_symlink() and edited_since_written(path) else []
+    return sorted(p for p in _files(path) if edited_since_written(p))
+
+
+def _files(folder: Path) -> list[Path]:
+    """Every file under ``folder``, links not followed (a link to the user's home is no lab folder)."""
+    return [Path(top) / f for top, _, files in os.walk(folder) for f in files
+            if not os.path.islink(os.path.join(top, f))]
+
+
+def remove(path: Path, keep: list[Path]) -> None:
+    """Remove ``path``, all but the files in ``keep`` (and the folders that hold them). Raises OSError."""
+    if not keep:
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        return
+    if path in keep:
+        return
+    for top, dirs, files in os.walk(path, topdown=False):  # links are removed, never followed
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(top, d))]:
+            if Path(top, name) not in keep:
+                os.unlink(os.path.join(top, name))
+        if not any(k.is_relative_to(top) for k in keep):
+            os.rmdir(top)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
@@ -70,11 +102,24 @@ def main(argv: list[str] | None = None) -> int:
               f"point LABKIT_REPORTS at a folder of the lab's own, or move those out and run make reset again",
               file=sys.stderr)
         return 1
+    from labkit.errors import MANIFEST
+
+    kept_entries = []  # the lab's entries that still hold what the user edited: listed again after the reset
     for path in gone:
+        keep = [] if path.name == MANIFEST else edited(path)
+        for k in keep:
+            print(f"reset: {k} was edited since the lab wrote it: kept (it is yours now)")
+        if keep:
+            kept_entries.append(path)
+        if path.name == MANIFEST and not args.dry_run and kept_entries:
+            _relist(folder, kept_entries)
+            continue
+        if path in keep:
+            continue
         print(f"reset: {'would remove' if args.dry_run else 'removing'} {path}")
         if not args.dry_run:
             try:
-                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+                remove(path, keep)
             except OSError as e:
                 print(f"reset: cannot remove {path} ({e.strerror}): check its permissions, then run make reset again",
                       file=sys.stderr)
@@ -85,6 +130,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"reset: {'nothing to remove: ' if not gone else ''}a fresh lab in {folder} "
           f"(kept: reference results, data/ clips, the model cache in {cache})")
     return 0
+
+
+def _relist(folder: Path, entries: list[Path]) -> None:
+    """The manifest after a reset that kept edited files: it lists only the lab's entries that hold them."""
+    import json
+
+    from labkit.errors import MANIFEST
+    from labkit.paths import atomic_write
+
+    lines = "".join(json.dumps({"name": p.name, "kind": "folder" if p.is_dir() else "file"}) + "\n" for p in entries)
+    atomic_write(folder / MANIFEST, lines, overwrite=True, what="manifest")
 
 
 if __name__ == "__main__":

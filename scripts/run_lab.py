@@ -2,6 +2,12 @@
 """Run the lab headless: every notebook in notebooks/ in order, executed with nbclient.
 
     python scripts/run_lab.py [--mode small|full] [--only 01 | --from 05] [--out reports/notebooks]
+    python scripts/run_lab.py --replay reports/reference/h200 [--only 07]
+
+``--replay FOLDER`` runs no step: each step's ledger row, profile and platform come from the
+recording in FOLDER (``labbook.replay``), in the mode it was recorded in, so the notebooks print
+what they print on that machine. Its ledger and executed copies go to
+``$LABKIT_REPORTS/replay/<folder name>/`` (a fresh ledger each time), never into the lab's own.
 
 Working directories: this script may be started from anywhere (it changes to the project root);
 each notebook's kernel runs with ``notebooks/`` as its working directory, as in JupyterLab. Every
@@ -30,6 +36,7 @@ import ast
 import datetime
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -37,8 +44,11 @@ from pathlib import Path
 
 from labbook.settings import LEDGER, REPORTS
 from labkit.errors import check_writable
+from labkit.record.proc import Stop
 
 ROOT = Path(__file__).resolve().parents[1]
+STOP = Stop()
+"""The :class:`labkit.record.proc.Stop` of this run (set when run as a script): the signal that stopped it."""
 
 
 def lab_notebooks(folder: Path = ROOT / "notebooks") -> list[Path]:
@@ -147,7 +157,8 @@ def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int,
     with tempfile.TemporaryDirectory(prefix="labkit-kernel-") as sockets:
         ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "kernel")}})
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3", config=ipc,
-                                resources={"metadata": {"path": str(path.parent)}})
+                                resources={"metadata": {"path": str(path.parent)}},
+                                on_notebook_start=_our_sigterm(signal.getsignal(signal.SIGTERM)))
         try:
             client.execute()
         except CellExecutionError as exc:
@@ -158,6 +169,19 @@ def run_notebook(path: Path, out_dir: Path, *, mode: str, timeout: int,
     check_writable(out_dir)  # a folder it creates is the lab's (make reset)
     nbformat.write(nb, out_dir / path.name)
     return time.perf_counter() - t0, failures(ledger, since)
+
+
+def _our_sigterm(ours):
+    """An ``on_notebook_start`` hook that gives SIGTERM back to ``ours`` (this script's: stop the
+    kernel's processes, then one line): nbclient's own shuts the kernel down in the middle of a
+    cell, which ended in the kernel's ZMQ traceback and two of nbclient's."""
+    def hook(**_):
+        import asyncio
+
+        if callable(ours):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, ours)
+    return hook
 
 
 def failures(ledger: Path, since) -> dict[str, str]:
@@ -229,7 +253,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
     p.add_argument("--guess", type=parse_guess, default=GUESS,
                    help=f"the speed-up set in each guess cell (default {GUESS}); 'none' leaves the cells' None")
+    p.add_argument("--replay", type=Path, default=None, metavar="FOLDER",
+                   help="replay the recording in FOLDER (reports/reference/h200, ...) instead of running steps")
     args = p.parse_args(argv)
+    ledger = LEDGER
+    if args.replay is not None:
+        try:
+            args.mode, ledger, reports = replay_setup(args.replay, REPORTS)
+        except ValueError as exc:
+            print(f"run_lab: {exc}", file=sys.stderr)
+            return 1
+        if args.out == REPORTS / "notebooks":
+            args.out = reports / "notebooks"
     books = [b for b in lab_notebooks() if b.name.startswith(args.only)]
     if args.start:
         first = [i for i, b in enumerate(books) if b.name.startswith(args.start)]
@@ -241,9 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     total = 0.0
     failed: dict[str, tuple[str, str]] = {}
     for book in books:
+        if STOP.by:  # a signal met between two notebooks: the next one does not start
+            raise KeyboardInterrupt(f"stopped by {STOP.by}")
         print(f"run_lab: {book.name} (mode {args.mode}) ...", flush=True)
         try:
-            dt, bad = run_notebook(book, args.out, mode=args.mode, timeout=args.timeout, guess=args.guess)
+            dt, bad = run_notebook(book, args.out, mode=args.mode, timeout=args.timeout, guess=args.guess,
+                                   ledger=ledger)
         except NotebookError as exc:
             failed.update({step: (book.name, why) for step, why in exc.failed.items()})
             report_failures(failed)
@@ -254,34 +292,61 @@ def main(argv: list[str] | None = None) -> int:
         failed.update({step: (book.name, why) for step, why in bad.items()})
         print(f"run_lab: {book.name} done in {dt:.0f} s" + (f"; {len(bad)} step(s) failed" if bad else ""),
               flush=True)
-    print(f"run_lab: {len(books)} notebooks in {total:.0f} s; executed copies in {args.out}; "
+    opened = " (make jupyter EXECUTED=1 opens them)" if args.out.resolve() == (REPORTS / "notebooks").resolve() else ""
+    print(f"run_lab: {len(books)} notebooks in {total:.0f} s; executed copies in {args.out}{opened}; "
           f"speed-up table in {reports / 'speedup.md'}")
     report_failures(failed)
     return 1 if failed else 0
 
 
-def stopped(exc: BaseException) -> str | None:
-    """The one line for a run stopped by Ctrl-C, SIGTERM or SIGHUP (nbclient may raise another
-    error while the kernel shuts down: the interrupt is then its cause or context); else None."""
+def replay_setup(folder: Path, reports: Path) -> tuple[str, Path, Path]:
+    """Point the notebooks' kernels at the recording in ``folder`` (``LABKIT_REPLAY``) and at a
+    reports folder of their own, ``reports/replay/<folder name>``, whose ledger is started afresh
+    (it holds nothing but an earlier replay's rows). Returns (the recording's mode, the ledger,
+    the reports folder).
+
+    Raises:
+        ValueError: ``folder`` holds no recorded ledger (``labbook.replay.ReplayError``).
+    """
+    from labbook.replay import recorded_mode, recording_ledger
+
+    folder = folder.resolve()
+    recording_ledger(folder)  # one line when there is none
+    out = reports / "replay" / folder.name
+    check_writable(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ledger.jsonl").unlink(missing_ok=True)
+    os.environ.update(LABKIT_REPLAY=str(folder), LABKIT_REPORTS=str(out))
+    return recorded_mode(folder), out / "ledger.jsonl", out
+
+
+def stopped(exc: BaseException | None) -> str | None:
+    """The one line for a run stopped by Ctrl-C, SIGTERM or SIGHUP (nbclient raises another error
+    when the kernel was stopped, or while it shuts down: the signal is then in :data:`STOP`, or the
+    interrupt is the error's cause or context); else None."""
     while exc is not None and not isinstance(exc, KeyboardInterrupt):
         exc = exc.__cause__ or exc.__context__
-    if exc is None:
+    if exc is None and not STOP.by:
         return None
-    why = exc.args[0] if exc.args else "interrupted"
-    return (f"run_lab: {why}: the notebooks before it are done and in the ledger; go on with "
-            f"`python scripts/run_lab.py --from NN`")
+    why = f"stopped by {STOP.by}" if STOP.by else exc.args[0] if exc.args else "interrupted"
+    return (f"run_lab: {why}: the notebooks before it are done and in the ledger, its kernel and programs "
+            f"stopped; go on with `python scripts/run_lab.py --from NN`")
 
 
 if __name__ == "__main__":
     from labkit.record.proc import signals_as_interrupt
 
-    with signals_as_interrupt():  # SIGTERM and SIGHUP as Ctrl-C: one line, not a chained traceback
+    # SIGTERM and SIGHUP stop the kernel and what it runs (a signal raised inside nbclient's event
+    # loop ended in its tracebacks and the kernel's); then one line, not a chained traceback
+    with signals_as_interrupt(children=True) as STOP:
         try:
             code = main()
+            line = stopped(None)
         except BaseException as exc:  # noqa: BLE001 - an interrupt is one line; anything else as it was
             line = stopped(exc)
             if line is None:
                 raise
+        if line is not None:
             print(line, file=sys.stderr)
             code = 130
     sys.exit(code)

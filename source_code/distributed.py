@@ -74,8 +74,17 @@ class Placement:
     note: str = ""  # "" when every rank has a GPU of its own, or runs on the CPU as asked
 
 
-def placement(requested: str, world: World, n_gpus: int) -> Placement:
-    """Where rank ``world.rank`` runs when its node has ``n_gpus`` CUDA GPUs (a pure function).
+def own_gpus(env: dict | None = None) -> bool:
+    """Whether the launcher gave this task GPUs of its own: Slurm's ``--gpus-per-task`` (it sets
+    ``SLURM_GPUS_PER_TASK`` and a ``CUDA_VISIBLE_DEVICES`` per task), so the GPUs this rank sees are
+    no other rank's, however many ranks the node runs."""
+    env = os.environ if env is None else env
+    return bool(env.get("SLURM_GPUS_PER_TASK")) and bool(env.get("CUDA_VISIBLE_DEVICES"))
+
+
+def placement(requested: str, world: World, n_gpus: int, env: dict | None = None) -> Placement:
+    """Where rank ``world.rank`` runs when it sees ``n_gpus`` CUDA GPUs (a function of its
+    arguments and ``env``, the launcher's variables: ``os.environ`` by default).
 
     - ``cpu``: the CPU, gloo.
     - ``auto`` or ``cuda`` with a GPU per rank: ``cuda:LOCAL_RANK``, NCCL.
@@ -84,8 +93,11 @@ def placement(requested: str, world: World, n_gpus: int) -> Placement:
       the start and the figures, on the host).
     - an explicit ``cuda:N``: every rank there; gloo when several ranks share it.
     - ``auto`` without a GPU: the CPU, gloo, said; ``cuda`` without one: PipelineError (exit 2).
+    - GPUs of its own per task (:func:`own_gpus`: Slurm's one GPU per task): the rank is alone on
+      the GPUs it sees, so they are counted for it only: ``cuda:0`` (or ``cuda:N``), NCCL, no note.
     """
-    ranks = max(world.local_size, 1)
+    ranks = 1 if own_gpus(env) and n_gpus else max(world.local_size, 1)
+    local = 0 if ranks == 1 else world.local_rank
     if requested == "cpu":
         return Placement("cpu", "gloo")
     if requested in ("auto", "cuda"):
@@ -95,8 +107,8 @@ def placement(requested: str, world: World, n_gpus: int) -> Placement:
                                     "--device auto or --device cpu", EXIT_USAGE)
             return Placement("cpu", "gloo", f"no CUDA GPU: the {ranks} ranks run on the CPU (gloo)")
         if n_gpus >= ranks:
-            return Placement(f"cuda:{world.local_rank}", "nccl")
-        return Placement(f"cuda:{world.local_rank % n_gpus}", "gloo",
+            return Placement(f"cuda:{local}", "nccl")
+        return Placement(f"cuda:{local % n_gpus}", "gloo",
                          f"{ranks} ranks share {n_gpus} GPU(s) (gloo for the collectives: NCCL needs a GPU per rank)")
     if requested.startswith("cuda:"):
         index = int(requested.split(":", 1)[1])

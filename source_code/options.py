@@ -60,6 +60,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("batch_size", "--batch-size", "frames per batch", default=1, type=int, minimum=1),
     Option("streams", "--streams", "sources decoded concurrently, one decoder thread each", default=1, type=int,
            minimum=1),
+    Option("decode_workers", "--decode-workers", "decode in N processes (at most one per stream) that hand "
+           "frames over through shared memory, so decoding takes no time from this interpreter; 0: decode here",
+           default=0, type=int, minimum=0, metavar="N"),
+    Option("decode", "--decode", "video decoder: cpu (OpenCV) or nvdec (the GPU's decoder through PyNvVideoCodec, "
+           "frames decoded into device memory; needs --gpu-preprocess)", default="cpu", type=str,
+           choices=("cpu", "nvdec")),
     Option("queues", "--queues", "every stage in its own thread with bounded queues", default=False, kind="switch"),
     Option("queue_size", "--queue-size", "bound of every stage queue, in batches (a decoder's queue holds N x "
            "batch-size frames)", default=4, type=int, minimum=1, metavar="N"),

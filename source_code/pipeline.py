@@ -24,8 +24,10 @@ import cv2
 
 from labkit import annotate
 from source_code import checks
+from source_code.decode_workers import decode_pool
 from source_code.errors import EXIT_FAILED, EXIT_OOM, EXIT_UNAVAILABLE, PipelineError, first_line, \
     out_of_memory_is_exit_4, out_of_memory_message
+from source_code.nvdec import NvdecSource, require_nvdec
 from source_code.options import TF32, PipelineConfig
 from source_code.results import NO_ACCURACY, StatsSink, accuracy_cached, warmup_batches
 from source_code.runner import run_queued, run_sync
@@ -107,13 +109,17 @@ def _profiler_range(device):
             torch.cuda.profiler.stop()
 
 
-def _open_sources(cfg: Any, out_path: Path | None) -> list[VideoSource]:
-    """Every stream's source (first frames decoded); then the output video's frame size and disk are checked."""
+def _open_sources(cfg: Any, out_path: Path | None, device) -> list[VideoSource]:
+    """Every stream's source (first frames decoded, by OpenCV or NVDEC: ``--decode``); then the
+    output video's frame size and disk are checked."""
     inputs = list(cfg.inputs) if len(cfg.inputs) > 1 else [cfg.inputs[0]] * cfg.streams
     sources: list[VideoSource] = []
     try:
         for i, p in enumerate(inputs):
-            sources.append(VideoSource(p, index=i, max_frames=cfg.frames, realtime=cfg.realtime))
+            if cfg.decode == "nvdec":
+                sources.append(NvdecSource(p, index=i, max_frames=cfg.frames, realtime=cfg.realtime, device=device))
+            else:
+                sources.append(VideoSource(p, index=i, max_frames=cfg.frames, realtime=cfg.realtime))
         first = sources[0]
         checks.check_video_target(out_path, frames=first.expected() or 10_000, width=first.width, height=first.height)
     except PipelineError:
@@ -168,9 +174,14 @@ def run_pipeline(cfg: Any, *, progress: Callable[[str], None] | None = None, ran
     device = checks.resolve_device(cfg.device)
     if cfg.gpu_preprocess and device.type != "cuda":
         raise PipelineError("--gpu-preprocess needs a CUDA device: drop it or run with --device cuda", EXIT_UNAVAILABLE)
+    if cfg.decode == "nvdec":
+        require_nvdec(device)  # first, as TensorRT's import: nothing loads for a run that cannot decode
+        if cfg.decode_workers or not (cfg.gpu_preprocess or cfg.decode_only):
+            raise PipelineError("--decode nvdec leaves the frames on the GPU: add --gpu-preprocess, and drop "
+                                "--decode-workers (decoder processes hand over host frames)", EXIT_UNAVAILABLE)
     input_hw = tuple(cfg.input_hw) if cfg.input_hw else tuple(INPUT_HW)
     warnings: list[str] = []
-    sources = _open_sources(cfg, out_path)
+    sources = _open_sources(cfg, out_path, device)
     model_info, infer_fn, gt, gt_file, display, stages = None, None, None, None, None, []
     annotate.reset()  # before the decoder threads start recording
     muxer = None
@@ -178,6 +189,8 @@ def run_pipeline(cfg: Any, *, progress: Callable[[str], None] | None = None, ran
         with out_of_memory_is_exit_4(cfg):
             if not cfg.decode_only:  # decode-only: the same sources and decoder threads, no stage after
                 model_info, infer_fn = _detector(cfg, device, input_hw, len(sources), [s.expected() for s in sources])
+                if getattr(infer_fn, "note", None):  # how the backend runs that the run must say (compile's cap)
+                    warnings.append(infer_fn.note)
                 gt, gt_file = _ground_truth(cfg.inputs[0], warnings)
                 display = Display(osd=cfg.osd, output=out_path, fps=sources[0].fps, class_names=CLASS_NAMES)
                 stages = _stages(cfg, device, input_hw, infer_fn, display, len(sources))
@@ -187,7 +200,9 @@ def run_pipeline(cfg: Any, *, progress: Callable[[str], None] | None = None, ran
             sink = StatsSink(warmup_batches=warmup_batches(cfg.warmup, cfg.batch_size, total, warnings),
                              progress=progress)
             muxer = Muxer(sources, batch_size=cfg.batch_size, interval=cfg.interval,
-                          threaded=cfg.streams > 1 or cfg.queues, queue_size=cfg.queue_size)
+                          threaded=cfg.streams > 1 or cfg.queues, queue_size=cfg.queue_size,
+                          pool=decode_pool(sources, workers=cfg.decode_workers, batch_size=cfg.batch_size,
+                                           queue_size=cfg.queue_size))
             try:
                 status = _run(muxer, stages, sink, cfg, device, warnings)
             except (cv2.error, RuntimeError, ValueError, OSError) as e:
@@ -226,7 +241,7 @@ def _document(cfg: Any, sink: StatsSink, sources: list[VideoSource], status: str
             warnings.append(f"{s.path}: decoding stopped at frame {s.count} of {s.declared} declared "
                             f"(damaged or truncated file){': ' + s.error if s.error else ''}; frames so far kept")
     figures = sink.figures()
-    for name, ms in stage_cuda_ms(stages, skip_batches=sink.warmup_batches).items():  # GPU time beside host time
+    for name, ms in stage_cuda_ms(stages, skip_batches=sink.warmup_batches).items():  # stream spans beside host time (kernel-busy time: the profile)
         if name in figures["stage_detail"]:
             figures["stage_detail"][name]["cuda_ms"] = round(ms, 4)
     if figures["seconds"] is None and not sink.batch_frames:

@@ -63,6 +63,8 @@ def capacity_frames(muxer: Muxer, stage_names: list[str], *, queued: bool, queue
                        threaded=False, upto=upto)
     if muxer.threaded:
         held += sum(q.maxsize + 1 for q in muxer.queues)
+    if getattr(muxer, "pool", None) is not None:  # decoded ahead into the rings
+        held += muxer.pool.slots * len(muxer.sources)
     return held
 
 
@@ -76,7 +78,7 @@ def run_sync(muxer: Muxer, stages: Stages, sink: Callable[[Batch], None], *, dev
     use_device(device)
     _tell_capacity(sink, capacity_frames(muxer, [n for n, _ in stages], queued=False, queue_size=0))
     while True:
-        if muxer.threaded:
+        if muxer.threaded or getattr(muxer, "pool", None) is not None:  # decoded elsewhere: no decode range here
             b = muxer()
         else:
             with annotate.range("decode", batch=muxer.next_batch, items=muxer.expected_batch_items()):

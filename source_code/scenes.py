@@ -32,6 +32,7 @@ clipped box is at least 4 pixels wide and high. Everything else counts as not vi
 from __future__ import annotations
 
 import csv
+import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -439,18 +440,30 @@ def make_video(out: str | Path, *, seconds: float = 5.0, config: SceneConfig = S
     out.parent.mkdir(parents=True, exist_ok=True)
     n_frames = max(1, int(round(seconds * config.fps)))
     fourcc = cv2.VideoWriter_fourcc(*("mp4v" if out.suffix.lower() in (".mp4", ".m4v", ".mov") else "MJPG"))
-    writer = cv2.VideoWriter(str(out), fourcc, config.fps, (config.width, config.height))
+    # written under names of this process and renamed, the ground truth first: a reader that finds the
+    # clip finds its ground truth, and two processes making the same clip never write into one file
+    part = out.with_name(f".{out.stem}.{os.getpid()}.part{out.suffix}")  # OpenCV picks the container by suffix
+    writer = cv2.VideoWriter(str(part), fourcc, config.fps, (config.width, config.height))
     if not writer.isOpened():
         try:  # a folder that cannot be written (permissions, a read-only disk) is no codec problem
             tempfile.TemporaryFile(dir=out.parent).close()
         except OSError as e:
             raise OSError(e.errno, e.strerror, str(out)) from None
         raise RuntimeError(f"OpenCV cannot write {out} (try a .mp4 or .avi path)")
-    gt = []
+    gt, done = [], False
     try:
         for i, img, rows in generate_frames(config, n_frames):
             writer.write(img)
             gt.append((i, rows))
+        writer.release()
+        gt_part = gt_path_for(part)
+        write_gt(gt, gt_part)
+        os.replace(gt_part, gt_path_for(out))
+        os.replace(part, out)
+        done = True
     finally:
         writer.release()
-    return out, write_gt(gt, gt_path_for(out))
+        if not done:
+            for left in (part, gt_path_for(part)):
+                left.unlink(missing_ok=True)
+    return out, gt_path_for(out)

@@ -152,7 +152,7 @@ class VideoSource:
         frame, self._pending = (self._pending, None) if self._pending is not None else (self._decode(), None)
         if frame is None:
             self.ended = True
-            self.cap.release()
+            self.close()
             return None
         self.count += 1
         return frame
@@ -169,12 +169,13 @@ class VideoSource:
 class Muxer:
     """Batches frames from several sources, round-robin, like DeepStream's stream muxer.
 
-    With ``threaded`` each source is decoded by its own thread into a bounded queue; otherwise
-    the muxer decodes in the calling thread (one ``decode`` range per batch).
+    With ``threaded`` each source is decoded by its own thread into a bounded queue; with ``pool``
+    (``source_code.decode_workers.DecodePool``) by decoder processes; otherwise the muxer decodes
+    in the calling thread (one ``decode`` range per batch).
     """
 
     def __init__(self, sources: list[VideoSource], *, batch_size: int, interval: int, threaded: bool,
-                 queue_size: int):
+                 queue_size: int, pool=None):
         self.sources = sources
         self.batch_size = batch_size
         self.interval = interval
@@ -182,7 +183,10 @@ class Muxer:
         self.next_batch = 0
         self.live = list(range(len(sources)))
         self.rr = 0
-        self.stop = threading.Event()
+        self.pool = pool
+        self.stop = pool.stop if pool is not None else threading.Event()
+        if pool is not None:
+            threaded = self.threaded = False  # the pool's processes are the decoder threads
         if threaded:
             self.queues = [queue.Queue(maxsize=max(2, queue_size * batch_size)) for _ in sources]
             self.threads = [threading.Thread(target=self._decode_loop, args=(s,), name=f"decode-{s.index}", daemon=True)
@@ -210,6 +214,8 @@ class Muxer:
 
 
     def _next_frame(self, s: int):
+        if self.pool is not None:
+            return self.pool.next(s)
         if self.threaded:
             return get_until(self.queues[s], self.stop)
         t0 = self.sources[s].arrival()
@@ -248,6 +254,8 @@ class Muxer:
 
     def close(self) -> None:
         self.stop.set()
+        if self.pool is not None:
+            self.pool.close()
         if self.threaded:
             for q in self.queues:  # unblock producers
                 while True:

@@ -162,7 +162,9 @@ class Preprocess:
 
     Each batch is staged on the host first (``stage``: the cv2 resize, or ``np.stack`` into a
     pinned buffer and the wait for that buffer), then its GPU work is launched (``launch``: the
-    upload, the GPU resize) between the stage's timing events, so ``cuda_ms`` is GPU work only.
+    upload, the GPU resize) between the stage's timing events, so ``cuda_ms`` holds no host staging;
+    it is still a stream span (first event to last), which equals the host's enqueue time when the
+    stage is launch-bound: kernel-busy time is in the profile (labkit's ``proj_busy_ns``).
     On CUDA the upload and resize run on this stage's stream and ``b.ready`` is recorded after
     them. Pinned buffers (``PinnedBuffers``) are reused, two per frame shape, and the copy runs
     on this stream, not the detector's: staging batch i+1 waits only for the copy out of the same
@@ -201,7 +203,9 @@ class Preprocess:
         out = []
         for idx in groups.values():
             part = [frames[i] for i in idx]
-            if self.pinned is None:  # the same path with nothing to upload (tests, CPU)
+            if isinstance(part[0], self.torch.Tensor):  # decoded on the GPU (--decode nvdec): nothing to upload
+                out.append((idx, self.torch.stack(part), None))
+            elif self.pinned is None:  # the same path with nothing to upload (tests, CPU)
                 out.append((idx, self.torch.from_numpy(np.stack(part)), None))
             else:
                 view, key = self.pinned.stage(part, self.torch.uint8)
@@ -213,7 +217,7 @@ class Preprocess:
         torch = self.torch
         parts, n = {}, 0
         for idx, host, key in staged:
-            x = host.to(self.device, non_blocking=True) if self.pinned is not None else host
+            x = host.to(self.device, non_blocking=True) if key is not None else host
             if key is not None:
                 self.pinned.copied(key)
             if self.gpu:
@@ -308,8 +312,10 @@ class Postprocess:
 
 
 def stage_cuda_ms(stages, *, skip_batches: int = 0) -> dict[str, float]:
-    """GPU time of each stage that launched GPU work (CUDA events), ms, batches from
-    ``skip_batches`` on: ``{stage name: total ms}``; empty on CPU. ``stages`` as the runners take them."""
+    """Stream span of each stage that launched GPU work (CUDA events around its launches), ms,
+    batches from ``skip_batches`` on: ``{stage name: total ms}``; empty on CPU. A span, not kernel-busy
+    time: where the host cannot keep the GPU fed it equals the launching time (the profile's
+    ``proj_busy_ns`` is the busy time). ``stages`` as the runners take them."""
     out = {}
     for name, fn in stages:
         work = getattr(fn, "work", None)
@@ -361,7 +367,9 @@ class Display:
                         cv2.LINE_AA)
 
     def __call__(self, b: Batch) -> Batch:
-        for frame, s, tracks in zip(b.frames, b.sources, b.tracks):
+        for i, (frame, s, tracks) in enumerate(zip(b.frames, b.sources, b.tracks)):
+            if (self.osd or (self.output is not None and s == 0)) and not isinstance(frame, np.ndarray):
+                frame = b.frames[i] = frame.cpu().numpy()  # decoded on the GPU: to the host to draw or write
             if self.osd:
                 self.draw(frame, tracks)
             if self.output is not None and s == 0:

@@ -6,6 +6,7 @@ import os
 import pwd
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -68,24 +69,98 @@ def user() -> str:
     """A real non-root user (created once with useradd; skip without root)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to create a non-root user")
-    try:
-        pwd.getpwnam(USER)
-    except KeyError:
+    for _ in range(5):  # another worker of the suite may be making it (useradd locks /etc/passwd)
+        if _exists(USER):
+            return USER
         res = subprocess.run(["useradd", "-M", "-s", "/bin/sh", USER], capture_output=True, text=True)
-        if res.returncode:
-            pytest.skip(f"cannot create a user here: {res.stderr.strip()}")
-    return USER
+        if not res.returncode:
+            return USER
+        time.sleep(1)
+    if _exists(USER):
+        return USER
+    pytest.skip(f"cannot create a user here: {res.stderr.strip()}")
+
+
+def _exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _readable_by_all(path: Path) -> bool:
+    """Whether every user can reach ``path`` (each folder above it searchable by others) and read it."""
+    for p in [path, *path.parents]:
+        mode = p.stat().st_mode
+        if not mode & 0o001 or (p == path and not mode & 0o004):
+            return False
+    return True
+
+
+_COPY: list[Path] = []
+
+
+def readable_checkout() -> Path:
+    """This checkout's packages where every user can read them: the checkout itself, or (a clone inside a
+    0700 folder, such as pytest's own temporary folders) a copy of labkit/, labbook/ and source_code/ under
+    /tmp made once per session, so a module imported after the drop to another user is found."""
+    if _readable_by_all(ROOT / "source_code"):
+        return ROOT
+    if not _COPY:
+        import atexit
+        import shutil
+        import tempfile
+
+        copy = Path(tempfile.mkdtemp(prefix="labkit-checkout-", dir="/tmp"))
+        for pkg in ("labkit", "labbook", "source_code"):
+            shutil.copytree(ROOT / pkg, copy / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+        subprocess.run(["chmod", "-R", "a+rX", str(copy)], check=True)
+        atexit.register(shutil.rmtree, copy, True)
+        _COPY.append(copy)
+    return _COPY[0]
+
+
+# What the application imports before its first check, loaded while still root (the interpreter's own
+# library sits under root's 0700 home here, so a module first imported after the drop is not found).
+APP_PRELOAD = ("source_code.detect_video,source_code.pipeline,source_code.checks,source_code.backends.artifacts,"
+               "source_code.scenes")
 
 
 def run_as(user: str, code: str, env: dict | None = None, preload: str = "labkit.record.nsys") -> subprocess.CompletedProcess:
     """Run Python ``code`` as ``user`` (a real uid, no root rights left), with this worktree's
-    labkit first on the path. The interpreter lives under root's 0700 home here, so it starts as
+    packages first on the path (:func:`readable_checkout`: a copy where the user cannot read the checkout).
+    The interpreter lives under root's 0700 home here, so it starts as
     root, imports ``preload`` (comma-separated modules), then drops to the user for good."""
     pw = pwd.getpwnam(user)
     boot = (f"import os, sys, json, sqlite3, hashlib, subprocess, {preload}\n"
             f"os.setgroups([]); os.setgid({pw.pw_gid}); os.setuid({pw.pw_uid})\n"
             f"assert os.geteuid() != 0\n")
-    full = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": "/nonexistent", **(env or {})}
+    full = {**os.environ, "PYTHONPATH": str(readable_checkout()), "HOME": "/nonexistent", **(env or {})}
     full.pop("LABKIT_CACHE_DIR", None) if env is not None and "LABKIT_CACHE_DIR" not in env else None
     return subprocess.run([sys.executable, "-c", boot + code], capture_output=True, text=True, cwd="/",
                           env=full, timeout=600)
+
+
+# What nsys 2022.4 printed when it ended before its program ran (its start-up races beside other nsys
+# sessions), as seen on the VM and in CI (the last one: CI of 2026-12-02, notebook 01's by-hand profile).
+START_FAILURES = {
+    "sem_open": "ProcessWaiter: sem_open failed: No such file or directory",
+    "endpoint": ("/build/agent/work/323cb361ab84164c/QuadD/Common/ProtobufComm/Client/ClientProxy.cpp(381): "
+                 "Throw in function QuadDProtobufComm::Endpoint QuadDProtobufComm::Client::ClientProxy::"
+                 "GetLocalEndpoint() const\\nDynamic exception type: boost::wrapexcept<QuadDCommon::RuntimeException>"
+                 "\\nstd::exception::what: RuntimeException\\n[QuadDCommon::tag_message*] = Local Endpoint is not "
+                 "available."),
+}
+
+
+def racing_nsys(folder: Path, failure: str, real: str) -> Path:
+    """``folder/nsys``: its first profile start (a command line with ``--output``) prints nsys's
+    message of ``failure`` (a key of START_FAILURES) and exits 1 as nsys does; every other call runs
+    the real nsys. Returns the path; START_FAILURES[failure]'s last line is what the log then holds."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shim, flag = folder / "nsys", folder / "raced"
+    shim.write_text(f"#!/bin/sh\ncase \"$*\" in *--output*) if [ ! -e '{flag}' ]; then touch '{flag}'; "
+                    f"printf '%b\\n' '{START_FAILURES[failure]}' >&2; exit 1; fi;; esac\nexec '{real}' \"$@\"\n")
+    shim.chmod(0o755)
+    return shim

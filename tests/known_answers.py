@@ -32,7 +32,14 @@ SWITCHES_RECORDED = Path(__file__).resolve().parent / "fixtures" / "known_switch
 
 TOLERANCE = 0.25
 """A prediction passes within 25 % of the measured speed-up (|predicted / measured - 1| <= 0.25),
-widened by the measurement's own noise (see :func:`measure`) where the machine was loaded."""
+widened by the measurement's own noise (see :func:`measure`) where the machine was loaded, by
+:data:`NOISE_WIDENING` at most."""
+NOISE_WIDENING = 0.10
+"""The most the measurement's noise widens :data:`TOLERANCE` (10 points): a noise of 0.34 on a loaded
+machine would otherwise let a prediction 59 % off pass."""
+OVER_PROMISE = 1.3
+"""No finding of the fix's lever promises more than this times what the fix measured, whatever the
+noise: a user acts on the larger figure."""
 BOUND_SLACK = 1.05
 """A bound passes while measured <= bound x 1.05 (the CPU baseline's spread over 3 repeats: 3.9 %)."""
 PROFILES = 3
@@ -66,7 +73,9 @@ class Program:
     measured one). ``not_rules``: rules whose explanation is false of the program by construction
     (workers that run at once do not take turns): the top finding must not be one of them. ``rule``:
     where no stage can name the limit (work outside every range), the rule the top finding and the
-    fix's finding must both come from.
+    fix's finding must both come from. ``pending``: what the judgement does not model yet that the
+    program needs (it is in the table, :func:`check` judges it, but CI's pass count leaves it out
+    until the judgement has it).
     """
 
     name: str
@@ -81,6 +90,7 @@ class Program:
     switches: bool = False
     not_rules: tuple[str, ...] = ()
     rule: str | None = None
+    pending: str = ""
 
     @property
     def argv(self) -> list[str]:
@@ -136,6 +146,11 @@ _ALL = [
     Program("loader_process", "loader_process.py", ("cheaper_stage",), "forward", 1.25,
             limiter=("forward", "backward")),
     Program("lone_stage", "lone_stage.py", ("cheaper_stage",), "consume", 1.5),
+    Program("lock_behind_fetch", "lock_behind_fetch.py", ("cheaper_stage",), "fetch", 1.25),
+    Program("lock_behind_encode", "lock_behind_encode.py", ("cheaper_stage",), "fetch", 1.4),
+    Program("dataloader_workers", "dataloader_workers.py", ("parallel_input",), "load", 4.0,
+            pending="a stage moved onto more worker processes (the replayed graph's lever): today's "
+                    "finding is a cheaper 'load' at 4.3x; 8 workers measured 1.4x-2.7x on the loaded 2-core VM"),
     Program("balanced", "balanced.py", (), None, 1.0),
     Program("startup_heavy", "startup_heavy.py", ("overlap_stages",), "load", 1.7, limiter=("load", "step")),
     Program("gpu_pageable", "gpu_pageable.py", ("pin_memory",), None, 2.0, gpu=True),
@@ -143,7 +158,8 @@ _ALL = [
     Program("gpu_tiny_launches", "gpu_tiny_launches.py", ("batch", "cuda_graphs", "compile"), None, 10.0, gpu=True),
 ]
 PROGRAMS: dict[str, Program] = {p.name: p for p in _ALL}
-CPU_PROGRAMS = [p.name for p in _ALL if not p.gpu and not p.switches]
+CPU_PROGRAMS = [p.name for p in _ALL if not p.gpu and not p.switches and not p.pending]
+PENDING_PROGRAMS = [p.name for p in _ALL if p.pending]
 GPU_PROGRAMS = [p.name for p in _ALL if p.gpu]
 
 
@@ -185,7 +201,8 @@ def measure(prog: Program | str, *, repeats: int = 3) -> dict:
     return {"slow_s": s, "fix_s": f, "speedup": s / f, "noise": noise, "slow_runs": slow, "fix_runs": fix}
 
 
-def profile(prog: Program | str, outdir, *, trace=("cuda", "nvtx", "osrt"), timeout_s: float = PROFILE_LIMIT_S):
+def profile(prog: Program | str, outdir, *, trace=("cuda", "nvtx", "osrt"), timeout_s: float = PROFILE_LIMIT_S,
+            follow_forks: bool = True):
     """The slow variant under nsys, exported and loaded (``outdir/<name>.nsys-rep``). A profile that
     runs past ``timeout_s`` is stopped and taken again, once: nsys 2022.4 now and then hangs at its
     program's exit (CI run N of 2026-11-30: 19 minutes, the program done)."""
@@ -197,7 +214,8 @@ def profile(prog: Program | str, outdir, *, trace=("cuda", "nvtx", "osrt"), time
         try:
             return labkit.profile(prog.argv, name=prog.name, outdir=str(outdir), trace=trace, env=_env(),
                                   overwrite=True, progress=False, timeout_s=timeout_s,
-                                  nsys_args=["--cpuctxsw=process-tree"] if prog.switches else ())
+                                  nsys_args=[*(["--cpuctxsw=process-tree"] if prog.switches else []),
+                                             *([] if follow_forks else ["--trace-fork-before-exec=false"])])
         except ProfileTimeoutError:
             if again:
                 raise
@@ -264,12 +282,13 @@ def fix_finding(prog: Program, adv) -> dict | None:
 def verdict(prog: Program | str, judged: dict, measured: dict) -> dict:
     """One row of the known-answer table, with ``passed`` and ``why`` (every reason it failed): the
     top finding is about the limiting thread's stages, the fix's own finding is there and predicts
-    the measured speed-up within the tolerance (widened by the measurement's noise), no bound is
+    the measured speed-up within the tolerance (widened by the measurement's noise, by
+    :data:`NOISE_WIDENING` at most) and promises at most :data:`OVER_PROMISE` times it, no bound is
     exceeded and no finding predicts past its own Amdahl limit."""
     prog = PROGRAMS[prog] if isinstance(prog, str) else prog
     top, bn, adv = judged["top"], judged["bottleneck"], judged["advice"]
     meas = measured["speedup"]
-    tol = TOLERANCE + measured.get("noise", 0.0)
+    tol = TOLERANCE + min(measured.get("noise", 0.0), NOISE_WIDENING)
     why = list(judged["errors"])
     fix = fix_finding(prog, adv) if prog.levers else None
     rank = None
@@ -308,6 +327,9 @@ def verdict(prog: Program | str, judged: dict, measured: dict) -> dict:
             if abs(row["ratio"] - 1) > tol:
                 why.append(f"{fix['lever']} predicted {row['predicted_x']:.2f}x vs measured {meas:.2f}x (off by "
                            f"more than {100 * tol:.0f} %)")
+            if row["predicted_x"] > meas * OVER_PROMISE:
+                why.append(f"{fix['lever']} promised {row['predicted_x']:.2f}x, over {OVER_PROMISE:g}x the "
+                           f"measured {meas:.2f}x")
             if fix.get("basis") == "bound" and meas > row["predicted_x"] * BOUND_SLACK:
                 why.append(f"bound {row['predicted_x']:.2f}x exceeded by the measured {meas:.2f}x")
     if prog.blocked and "block" not in row["bottleneck"].lower():

@@ -259,7 +259,7 @@ def test_the_h200_baselines_gaps_are_its_stages_work_and_its_window_is_not_stret
     assert w1 == int(disp["end_ns"].max()) and (w1 - w0) / 1e6 < 170  # 13 periods of 'display': 163 ms
     assert "gpu_starvation" not in set(a["rule"])
     overlap = a[a["lever"] == "overlap_stages"]
-    assert len(overlap) == 1 and overlap["basis"].iloc[0] == "estimate"  # (2.24x: see the README's H200 section)
+    assert len(overlap) == 1 and overlap["basis"].iloc[0] == "estimate"  # (2.24x: see docs/results.md, the H200 section)
     # its stages only work (no waits on other threads or processes): if their work held the GIL, as the
     # queued run suggests (each stage took 1.4-4.4x longer there, 1.09x measured), threads gain nothing
     assert "on python3 (tid 665)," in overlap["evidence"].iloc[0]  # the thread by its name (the export's ThreadNames)

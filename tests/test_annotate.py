@@ -79,14 +79,14 @@ PROGRAM = textwrap.dedent("""
 @pytest.mark.nsys
 def nsys_profile(out, *args) -> subprocess.CompletedProcess:
     """``nsys profile -t nvtx`` of this Python with ``args``, exported to SQLite; started again on
-    nsys 2022.4's start-up race under load, as labkit does (``labkit.record.nsys._start_race``)."""
-    from labkit.record.nsys import START_TRIES, _start_race
+    nsys 2022.4's start-up race under load, as labkit does (``labkit.record.nsys.start_race``)."""
+    from labkit.record.nsys import START_TRIES, start_race
 
     for _ in range(START_TRIES):
         proc = subprocess.run([env.find_nsys(), "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none",
                                "--export=sqlite", "--force-overwrite=true", "-o", str(out), sys.executable, *args],
                               capture_output=True, text=True, timeout=300)
-        if proc.returncode == 0 or not _start_race(proc.stdout + proc.stderr):
+        if proc.returncode == 0 or not start_race(proc.stdout + proc.stderr):
             break
     return proc
 
@@ -167,3 +167,33 @@ def test_results_round_trip_and_validation(tmp_path):
     assert not annotate.is_results_file(path)
     annotate.write_results(path, {"status": "failed", "error": "bad input", "config": {}})
     assert annotate.read_results(path)["error"] == "bad input"
+
+
+def test_range_records_stay_bounded_over_many_ranges_and_the_summary_still_counts_every_one():
+    """A long run opens several ranges a frame: memory must not grow with them (it grew by about
+    120 bytes a range, gigabytes an hour), while stage_summary still counts every range and leaves
+    the warm-up batches out exactly."""
+    import tracemalloc
+
+    annotate.reset()
+    n = annotate.MAX_RECORDS + 20_000
+
+    def ranges(k0, k1):
+        for k in range(k0, k1):
+            with annotate.range("bounded", batch=k // 4, items=2):
+                pass
+
+    tracemalloc.start()  # before the ring fills: the records it later drops are traced too
+    ranges(0, n)  # the ring is full from here on
+    before = tracemalloc.take_snapshot()
+    ranges(n, 2 * n)
+    grown = sum(d.size_diff for d in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    tracemalloc.stop()
+    assert grown < 1 << 20, grown  # another 120,000 ranges: under 1 MiB more (was ~14 MB)
+    assert len(annotate.records()) == annotate.MAX_RECORDS
+    assert annotate.records()[-1].batch == (2 * n - 1) // 4  # the latest are the ones kept
+    s = annotate.stage_summary()["bounded"]
+    assert s["count"] == 2 * n and s["items"] == 4 * n
+    assert annotate.stage_summary(skip_batches=10)["bounded"]["count"] == 2 * n - 40  # 10 batches of 4
+    annotate.reset()
+    assert annotate.stage_summary() == {} and annotate.records() == []

@@ -3,6 +3,7 @@ fault in one line (issue 14). Real clips (source_code.scenes), the real detector
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from labkit import annotate
 from source_code import checks
 from source_code.detect_video import main
 from source_code.scenes import SceneConfig, gt_path_for, make_video
+from faultkit import APP_PRELOAD, open_tmp, run_as, user  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--input-hw", "96x160", "--device", "cpu", "--warmup", "0", "--frames", "4"]
@@ -88,14 +90,20 @@ def test_unwritable_folders_are_found_before_any_work(clip, tmp_path):
         assert err[0].endswith("choose a writable folder")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
-def test_read_only_output_folder(clip, tmp_path):
-    ro = tmp_path / "ro"
+def test_read_only_output_folder(clip, open_tmp, user):
+    """A folder the user may not write (0555) is found before any work. Root writes anywhere, so the
+    program runs as a real non-root user (faultkit's)."""
+    ro = open_tmp / "ro"
     ro.mkdir()
     ro.chmod(0o555)
-    rc, err = cli("--input", clip, "--output", ro / "v.mp4", *FAST)
-    assert rc == 2 and err == [f"detect_video: error: --output {ro / 'v.mp4'}: cannot write in {ro} "
-                               "(Permission denied): choose a writable folder"]
+    shutil.copy(clip, open_tmp / "clip.mp4")
+    fast = [*FAST[:FAST.index("--cache-dir")], "--cache-dir", str(open_tmp / "cache")]
+    res = run_as(user, "from source_code.detect_video import main\n"
+                       f"sys.exit(main({['--input', str(open_tmp / 'clip.mp4'), '--output', str(ro / 'v.mp4'), *fast]!r}))",
+                 preload=APP_PRELOAD)
+    err = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.returncode == 2 and err == [f"detect_video: error: --output {ro / 'v.mp4'}: cannot write in {ro} "
+                                           "(Permission denied): choose a writable folder"], res.stderr
 
 
 def test_bad_input_and_unwritable_results_give_one_line(tmp_path):

@@ -1,7 +1,7 @@
 """The project's architecture, read from the source with ``ast`` (imports inside functions included).
 
 labkit never imports source_code; the application imports from labkit only ``labkit.annotate``;
-no import cycle among labkit's modules nor among source_code's; labkit's rooms (subpackages) in the
+no import cycle anywhere in the project (labkit, labbook, source_code, scripts, benchmarks, tests); labkit's rooms (subpackages) in the
 order of the data flow, none importing a room after it; no .py file over 500 lines in
 labkit/, source_code/, notebooks/ or any top-level package; labkit names none of the application's flags.
 """
@@ -127,6 +127,41 @@ def test_no_import_cycle_in_source_code():
     assert _cycles(_graph("source_code")) == []
 
 
+# Folders of scripts run with their own folder on sys.path: `import jupyter_lab` in scripts/ is scripts/jupyter_lab.py.
+SCRIPT_FOLDERS = ("scripts", "benchmarks", "tests")
+
+
+def _project_graph() -> dict[str, set[str]]:
+    """Every module of the project as one graph: the packages (labkit, labbook, source_code, any other top-level
+    package) and the scripts of scripts/, benchmarks/ and tests/, whose bare imports of a sibling file name it."""
+    mods = {}
+    for pkg in _top_level_packages():
+        mods.update(_modules(pkg))
+    for folder in SCRIPT_FOLDERS:
+        for f in sorted((ROOT / folder).glob("*.py")):
+            mods[f"{folder}.{f.stem}"] = f
+    known = set(mods)
+    graph = {}
+    for m, f in mods.items():
+        deps = _imports(m, f, known)
+        folder = m.split(".")[0]
+        if folder in SCRIPT_FOLDERS:  # a sibling imported by its bare name
+            deps = {f"{folder}.{d}" if f"{folder}.{d}" in known else d for d in deps}
+        graph[m] = {d for d in deps if d in known and d != m}
+    return graph
+
+
+def test_the_project_graph_holds_every_part():
+    g = _project_graph()
+    assert {"labbook", "source_code", "labkit"} <= {m.split(".")[0] for m in g}
+    assert "scripts.jupyter_lab" in g["scripts.browser_lab"]  # a bare sibling import is seen
+    assert "labbook.reference" in g["labbook.interval"]  # a function-level import is seen
+
+
+def test_no_import_cycle_anywhere_in_the_project():
+    assert _cycles(_project_graph()) == []
+
+
 def _too_long(folders) -> dict[str, int]:
     out = {}
     for folder in folders:
@@ -245,3 +280,30 @@ def test_every_name_labkit_exported_in_round_3_still_imports_from_labkit():
 
     assert annotate.range and ledger.Ledger is labkit.Ledger and tables.speedup_table is labkit.speedup_table
     assert timeline.plot_timeline is labkit.plot_timeline
+
+
+def _prose(path: Path) -> str:
+    """A module's docstrings (its own, its classes', functions' and the strings that document a
+    name) and comments: what it says, not what it runs."""
+    tree = ast.parse(path.read_text())
+    said = [n.value.value for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+            and isinstance(n.value.value, str)]
+    said += [ln.split("#", 1)[1] for ln in path.read_text().splitlines() if "#" in ln]
+    return "\n".join(said)
+
+
+def test_no_rule_of_the_judgement_is_explained_by_a_test_program():
+    """labkit/judge and labkit/stats say why a rule holds by what a trace shows, never by naming the
+    test program that made it (a program of tests/programs, a path under tests/)."""
+    programs = {p.stem for p in (ROOT / "tests" / "programs").rglob("*.py") if not p.stem.startswith("_")}
+    assert {"lone_stage", "same_name", "dataloader_workers"} <= programs
+    found = {}
+    for f in sorted([*(ROOT / "labkit" / "judge").glob("*.py"), *(ROOT / "labkit" / "stats").glob("*.py")]):
+        text = _prose(f)
+        # a rule may share its id with a program ("taking_turns"); a docstring naming the id in prose does not
+        named = {m.group(0) for m in re.finditer(r"tests/[\w/.]+", text)}
+        named |= {n for n in programs if re.search(rf"(?<![\w'\"]){re.escape(n)}(\.py|``)", text)}
+        named |= {n for n in programs if re.search(rf"``{re.escape(n)}``", text)}
+        if named:
+            found[str(f.relative_to(ROOT))] = sorted(named)
+    assert found == {}

@@ -215,3 +215,33 @@ def test_each_bar_is_coloured_by_its_side_and_the_legend_names_it(tmp_path):
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["estimate", "within the noise of its estimate", "inside its bound", "below its estimate",
                       "above its estimate or bound", "no estimate"]
+
+
+def test_every_figure_of_measured_rows_draws_their_intervals():
+    """The H200 reference's rows carry fps intervals: the speed-up bars, the estimate chart and the
+    throughput scatter each draw one error bar per row that has one, from its own low to its high."""
+    import warnings
+
+    from matplotlib.collections import LineCollection
+
+    from labkit.bench.ledger import Ledger as L
+
+    ref = "reports/reference/h200"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = speedup_table(ref)
+
+    def segments(fig):
+        return [seg for c in fig.axes[0].collections if isinstance(c, LineCollection) for seg in c.get_segments()]
+
+    m = table.machines[0]
+    bars = segments(charts.speedup_bars(table))
+    have = table.low[m].notna() & table.high[m].notna() & table.speedup[m].notna()
+    assert len(bars) == int(have.sum()) > 10
+    lows = sorted(round(min(s[:, 1]), 6) for s in bars)
+    assert lows == sorted(round(max(0.0, float(v)), 6) for v in table.low[m][have])  # from each row's low
+    p = charts.predictions(table, m)
+    assert len(segments(charts.predicted_vs_measured(table))) == int((p["low"].notna() & p["high"].notna()).sum()) > 10
+    frame = L(f"{ref}/ledger.jsonl").read()
+    scatter = segments(charts.fps_vs_accuracy(frame))
+    assert len(scatter) == len(charts.latest_rows(frame).dropna(subset=["fps", "map50", "fps_ci_low", "fps_ci_high"]))

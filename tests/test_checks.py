@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from labbook import check
 from labbook.outcome import Outcome
@@ -62,3 +63,36 @@ def test_nothing_typed_or_a_failed_run_never_passes():
         bad = fn(Outcome("my_threads", "failed", "the application exited 2"), *args)
         assert bad.ok is False and "the application exited 2" in bad.text
     assert "Nothing to check yet" in check.waiting("type it").text
+
+
+def test_a_check_of_a_report_the_profile_did_not_write_says_what_its_log_says(tmp_path):
+    """A by-hand profile that failed leaves no report: the check is one 'not yet' line quoting the
+    log's last line (the notebooks write <report>.log beside it), never a ReportError traceback."""
+    import labbook
+
+    (tmp_path / "by_hand_mine.log").write_text("Collecting data...\nError: the application exited with 1\n")
+    c = labbook.check.traced_waits(str(tmp_path / "by_hand_mine.nsys-rep"))
+    assert c.ok is False and "\n" not in str(c) and "No report at" in str(c)
+    assert "Error: the application exited with 1" in str(c)
+    assert "Run the profile cell again" in str(labbook.check.traced_waits(str(tmp_path / "nothing.nsys-rep")))
+
+
+def test_a_by_hand_profile_that_wrote_no_report_skips_the_cells_reading_it_with_its_logs_last_line(tmp_path,
+                                                                                                  monkeypatch):
+    """Notebook 01's profile cell: no report is one line (the log's last line, the fix) that the cells
+    reading it show instead of a FileNotFoundError; a test (LABKIT_STRICT) gets the log's end raised."""
+    import labbook
+
+    rep = tmp_path / "by_hand.nsys-rep"
+    (tmp_path / "by_hand.log").write_text("".join(f"line {i}\n" for i in range(30)) + "Error: no session\n\n")
+    monkeypatch.delenv("LABKIT_STRICT", raising=False)
+    note = labbook.missing_report_note(rep, what="the cells below read it").data
+    assert "\n" not in str(note) and "Error: no session" in str(note) and "line 29" not in str(note)
+    assert "so they are skipped" in str(note) and "run the profile cell again" in str(note)
+    assert "wrote no log" in labbook.missing_report_note(tmp_path / "other.nsys-rep", what="x").data
+    monkeypatch.setenv("LABKIT_STRICT", "1")
+    with pytest.raises(RuntimeError, match="(?s)line 11.*Error: no session") as e:
+        labbook.missing_report_note(rep, what="x")
+    assert "line 10" not in str(e.value)  # its last 20 lines
+    rep.write_bytes(b"x")
+    assert labbook.missing_report_note(rep, what="x") is None

@@ -39,7 +39,8 @@ def test_headline_of_two_real_reports_is_their_wall_and_gpu_time():
     assert h.gpu_speedup is None  # A ran no kernel: no ratio to give
     assert np.isclose(h.speedup, h.wall_a_ms / h.wall_b_ms) and h.speedup_interval is None
     # the H100 run spent seconds in CUDA start-up: over the whole trace it is the slower one
-    assert h.speedup < 1 and str(h).startswith(f"B is {1 / h.speedup:.2f}x slower than A: wall ")
+    assert h.speedup < 1 and str(h).startswith(f"B's profiled run was {1 / h.speedup:.2f}x longer than A's (profiled wall "
+                                          "time): wall ")
     assert "whole trace" in h.where
 
 
@@ -49,7 +50,7 @@ def test_compare_keeps_its_rows_and_carries_the_headline_first():
     assert d.attrs["headline"] == labkit.headline(CPU, GPU)
     swapped = labkit.headline(GPU, CPU)
     assert np.isclose(swapped.speedup, 1 / d.attrs["headline"].speedup)
-    assert str(swapped).startswith("B is ") and " faster than A" in str(swapped)
+    assert str(swapped).startswith("B's profiled run was ") and "x shorter than A's" in str(swapped)
 
 
 def test_within_a_range_times_its_instances():
@@ -58,7 +59,7 @@ def test_within_a_range_times_its_instances():
     inf = a.nvtx[a.nvtx["name"] == "infer"]
     s, e = busy_intervals(inf["start_ns"].to_numpy(), inf["end_ns"].to_numpy())
     assert np.isclose(h.wall_a_ms, (e - s).sum() / 1e6) and h.speedup == 1.0
-    assert "'infer'" in h.where and "1.00x faster" in str(h)
+    assert "'infer'" in h.where and "1.00x shorter" in str(h)
 
 
 def test_repeats_give_the_ratio_of_means_with_an_interval_holding_the_known_answer():
@@ -69,7 +70,8 @@ def test_repeats_give_the_ratio_of_means_with_an_interval_holding_the_known_answ
     assert np.isclose(h.speedup, np.mean(walls_a) / np.mean(walls_b))
     lo, hi = h.speedup_interval
     assert 1 < lo < h.speedup < hi and lo < 2.0 < hi  # 20 ms against 10 ms a step, beyond the noise
-    assert str(h).startswith(f"B is {h.speedup:.2f}x faster than A: wall ") and "95 % interval" in str(h)
+    assert str(h).startswith(f"B's profiled runs were {h.speedup:.2f}x shorter than A's (profiled wall time): "
+                             "wall ") and "95 % interval" in str(h)
     assert "within the noise" not in str(h) and "means of 3 and 3 reports" in str(h)
 
 
@@ -93,9 +95,52 @@ def test_plot_compare_takes_two_reports_or_a_diff():
     fig = labkit.plot_compare(CPU, GPU, top=5)
     assert isinstance(fig, Figure)
     title = fig.axes[0].get_title()
-    assert "pipeline.nsys2022.4.sqlite -> pipeline.nsys2025.3.sqlite" in title and "slower than A" in title
+    assert "pipeline.nsys2022.4.sqlite -> pipeline.nsys2025.3.sqlite" in title and "longer than A's" in title
     same = labkit.plot_compare(labkit.compare(CPU, GPU), top=5)
     assert [t.get_text() for t in same.axes[0].get_yticklabels()] == \
         [t.get_text() for t in fig.axes[0].get_yticklabels()]
     with pytest.raises(labkit.LabkitError, match="two reports"):
         labkit.plot_compare(CPU)
+
+
+H200 = Path(__file__).parents[1] / "reports" / "reference" / "h200"
+
+
+def _cli(*args) -> str:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "labkit", "compare", *map(str, args), "--top", "1"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return " ".join(r.stdout.split("\n\n")[0].split("\n"))
+
+
+def test_headline_leads_with_the_measured_runs_where_the_ledger_beside_the_reports_has_them():
+    """The committed H200 reference: baseline.sqlite and interval3.sqlite beside the ledger that measured
+    both steps; the headline is the ledger's fps ratio (with its interval), the profiled wall time after it."""
+    from labkit.bench.ledger import Ledger
+    from labkit.bench.measured import measured_speedup
+
+    rows = {r["step"]: r for r in Ledger(H200 / "ledger.jsonl").rows() if r.get("status") in (None, "ok")}
+    want = rows["interval3"]["metrics"]["fps"] / rows["baseline"]["metrics"]["fps"]
+    m = measured_speedup(H200 / "baseline.sqlite", H200 / "interval3.sqlite")
+    h = labkit.headline(H200 / "baseline.sqlite", H200 / "interval3.sqlite", measured=m)
+    assert np.isclose(h.measured["speedup"], want) and h.measured["machine"] == "NVIDIA H200"
+    assert str(h).startswith(f"B's measured runs were {want:.2f}x faster than A's (")
+    assert "95 % interval" in str(h).split(";")[0] and "B's profiled run was " in str(h)
+    assert "(profiled wall time)" in str(h) and "no measured runs" not in str(h)
+    assert _cli(H200 / "baseline.sqlite", H200 / "interval3.sqlite") == str(h)  # the command line looks them up
+
+
+def test_headline_without_a_ledger_says_it_is_the_profiled_wall_time(tmp_path):
+    import shutil
+
+    from labkit.bench.measured import measured_speedup
+
+    a, b = (shutil.copy(p, tmp_path / p.name) for p in (SLOW[0], FAST[0]))
+    assert measured_speedup(a, b) is None
+    h = labkit.headline(a, b, measured=False)
+    assert str(h).startswith(f"B's profiled run was {h.speedup:.2f}x shorter than A's (profiled wall time; no "
+                             "measured runs in the ledger)")
+    assert _cli(a, b) == str(h)

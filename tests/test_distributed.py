@@ -14,6 +14,8 @@ from source_code.distributed import World, share, shard
 from source_code.options import PipelineConfig
 from source_code.scenes import SceneConfig, make_video
 
+pytestmark = pytest.mark.alone  # torch.distributed ranks against deadlines: alone
+
 APP = Path(__file__).resolve().parents[1] / "source_code" / "detect_video.py"
 SMALL = ["--no-osd", "--device", "cpu", "--input-hw", "192x320", "--warmup", "2"]
 

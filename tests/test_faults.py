@@ -214,7 +214,7 @@ def _summary(*args: str, columns: str | None) -> list[str]:
 
 def test_summary_fits_the_terminal_unless_wide_and_prints_integers_as_integers():
     narrow = _summary(columns="100")
-    assert max(map(len, narrow)) <= 100 and narrow[1].startswith("void cudnn::bn_fw_inf_1…   ")
+    assert max(map(len, narrow)) <= 100 and narrow[1].startswith("void cudnn::bn_fw_inf_1") and "…   " in narrow[1]
     wide = _summary("--wide", columns="100")
     assert len(wide) == len(narrow) and max(map(len, wide)) > 700 and "…" not in "".join(wide)
     assert _summary(columns=None) == wide  # a pipe without COLUMNS: nothing cut
@@ -222,6 +222,13 @@ def test_summary_fits_the_terminal_unless_wide_and_prints_integers_as_integers()
     for line in narrow[1:]:
         row = dict(zip(header[1:], line.rsplit(None, len(header) - 1)[1:]))
         assert not any("e+" in v or "e-" in v for v in row.values())
+        assert re.fullmatch(r"\d+", row["instances"]), row
+        for col in ("total_ms", "min_ms", "max_ms"):  # ms to the microsecond, the unit in the header
+            assert re.fullmatch(r"\d+\.\d{3}", row[col]), (col, row[col])
+    ns = _summary("--ns", columns="100")  # nsys's units and names: integers as integers
+    header = ns[0].split()
+    for line in ns[1:]:
+        row = dict(zip(header[1:], line.rsplit(None, len(header) - 1)[1:]))
         for col in ("instances", "total_ns", "min_ns", "max_ns"):
             assert re.fullmatch(r"\d+", row[col]), (col, row[col])
 

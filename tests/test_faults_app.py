@@ -11,11 +11,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from faultkit import fill, mount, open_tmp, run_as, user  # noqa: F401 (fixtures)
+from faultkit import APP_PRELOAD, fill, mount, open_tmp, run_as, user  # noqa: F401 (fixtures)
 from test_app_safety import FAST, clip  # noqa: F401 (clip: the same small real clip's fixture)
 
 from source_code.detect_video import main
 from source_code.scenes import SceneConfig, gt_path_for, make_video, read_gt
+
+pytestmark = pytest.mark.alone  # it kills, interrupts or waits out nsys and the programs it records: how fast they end decides what it sees
 
 
 def test_a_swapped_model_in_the_cache_is_not_reused(tmp_path):
@@ -129,7 +131,7 @@ def test_a_model_cache_another_user_owns_is_said_with_its_owner(clip, open_tmp, 
     shutil.copy(clip, open_tmp / "clip.mp4")
     res = run_as(user, "from source_code.detect_video import main\n"
                        f"sys.exit(main({[*FAST, '--backend', 'onnxruntime', '--cache-dir', str(cache), '--input', str(open_tmp / 'clip.mp4')]!r}))",
-                 preload="source_code.detect_video,source_code.checks,source_code.backends.artifacts,source_code.scenes")
+                 preload=APP_PRELOAD)
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert f"(Permission denied, {cache} owned by root): pass --cache-dir with a folder of your own" in lines[0]

@@ -22,6 +22,8 @@ from labkit.annotate import write_results
 from labkit.errors import OutputError
 from labkit.bench.ledger import Ledger
 
+pytestmark = pytest.mark.alone  # it kills, interrupts or waits out nsys and the programs it records: how fast they end decides what it sees
+
 APP = textwrap.dedent('''
     import argparse, os, signal, sys, time
     p = argparse.ArgumentParser()

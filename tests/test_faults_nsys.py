@@ -23,7 +23,7 @@ from labkit.record import nsys
 from labkit.record import tool
 from labkit.errors import OutputError
 
-pytestmark = pytest.mark.nsys
+pytestmark = [pytest.mark.nsys, pytest.mark.alone]  # alone: it kills, interrupts or waits out nsys and the programs it records: how fast they end decides what it sees
 
 # a program with N NVTX ranges, that can also make a file, raise, or kill itself
 PROG = """

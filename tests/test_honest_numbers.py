@@ -52,6 +52,7 @@ def lab(clip, tmp_path_factory):
     return ledger, ceiling, fast
 
 
+@pytest.mark.alone  # two measurements compared: another test beside either would slow one of them
 def test_no_step_exceeds_decoding_alone_by_more_than_its_spread(lab):
     ledger, ceiling, fast = lab
     rows = {r["step"]: r for r in ledger.rows()}
@@ -61,6 +62,7 @@ def test_no_step_exceeds_decoding_alone_by_more_than_its_spread(lab):
     assert m["fps_ci_low"] <= c["fps_ci_high"]
 
 
+@pytest.mark.alone  # the same runs (the module's lab)
 def test_a_row_above_the_ceiling_is_flagged_never_a_speed_up(lab, tmp_path):
     from labkit.bench.truth import check_ceiling
 
@@ -74,6 +76,7 @@ def test_a_row_above_the_ceiling_is_flagged_never_a_speed_up(lab, tmp_path):
     assert "decode-only ceiling" in out["flags"][0]
 
 
+@pytest.mark.alone  # the same runs (the module's lab)
 def test_every_row_has_a_spread_and_its_provenance(lab):
     ledger, _, _ = lab
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()

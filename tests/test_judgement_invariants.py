@@ -1,10 +1,17 @@
 """Invariants of the judgement on every real report we hold (tests/fixtures, other people's included):
 no prediction above its own Amdahl limit, no two findings that contradict each other or the
-accounting, blocked time apart from work, and the steady window inside the trace."""
+accounting, blocked time apart from work, and the steady window inside the trace; and no raw
+exception from advise, bottleneck or kernels (the API and the command line, text and --json) on any
+export, of any nsys version, nor on copies whose nullable columns nsys's schema allows to be NULL are."""
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import math
 import re
+import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -29,13 +36,21 @@ def _load(path):
 
 
 @pytest.mark.parametrize("path", REPORTS, ids=[f"{p.parent.name}/{p.stem}" for p in REPORTS])
-def test_judgement_invariants_hold_on_every_report(path):
+def test_judgement_invariants_hold_on_every_report(path, monkeypatch):
+    """The invariants, then the command line's advise, bottleneck and kernels on the same report (the
+    judgement taken once per arguments: the command line prints what the invariants checked)."""
     rep = _load(path)
+    _judge_once(rep, monkeypatch)
+    _invariants(rep)
+    _answers(rep.path)
+
+
+def _invariants(rep):
     t0, t1 = trace_span(rep)
     (w0, w1), why = steady_window_of(rep)
     assert t0 <= w0 < w1 <= t1 or (t0, t1) == (w0, w1), why
     for steady in (True, False):
-        a = labkit.advise(rep, steady=steady)
+        a = labkit.advise(rep, warmup=0, steady=steady)  # as the command line asks
         for _, r in a.iterrows():
             p, w, s = r["predicted_speedup"], r["window_ms"], r["saves_ms"]
             assert p >= 1.0 - 1e-9 and 0 <= s <= w + 1e-6, r["rule"]
@@ -60,7 +75,7 @@ def test_judgement_invariants_hold_on_every_report(path):
                 parts = t["work_ms"] + t["blocked_ms"] + t["cuda_ms"] + t["untraced_ms"]
                 assert parts == pytest.approx(t["extent_ms"], abs=1e-3)
                 assert t["busy_ms"] <= t["extent_ms"] - t["blocked_ms"] + 1e-6
-    b = labkit.bottleneck(rep)
+    b = labkit.bottleneck(rep, warmup=0, steady=True)
     if b.gpu_bound:  # the GPU is named only when its SMs were busier than every thread and the copies
         assert b.gpu_busy_frac > b.thread_busy_frac and b.gpu_busy_frac >= b.copy_busy_frac
 
@@ -87,3 +102,104 @@ def test_blocked_time_is_computed_once_per_report_and_anew_for_a_window():
     # a half window holds less blocked time than the whole trace on some thread
     total = lambda iv: sum(int((e - s).sum()) for s, e in iv.values())  # noqa: E731
     assert total(mine) < total(first)
+
+
+def _cli(argv: list[str]) -> tuple[int, str, str]:
+    from labkit.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+COMMANDS = [(cmd, fmt) for cmd in ("advise", "bottleneck", "kernels") for fmt in ((), ("--json",))]
+
+
+def _answers(path: Path, *, refusing: bool = True) -> None:
+    """Each command in each format ends in its result (exit 0; --json: JSON that parses) or, where
+    ``refusing``, in one line naming the problem (exit 1), never in a raw exception (which would
+    raise out of here)."""
+    for cmd, fmt in COMMANDS:
+        rc, out, err = _cli([cmd, str(path), *fmt])
+        assert rc == 0 or refusing, (cmd, fmt, rc, err)
+        if rc == 0:
+            if fmt:
+                assert isinstance(json.loads(out), dict), (cmd, out[:200])
+        else:
+            assert rc == 1 and err.startswith("labkit: ") and len(err.strip().splitlines()) == 1, (cmd, rc, err)
+
+
+def _memo(fn):
+    """``fn`` remembering its answer per arguments: the six commands judge one report once, not six times."""
+    seen: dict = {}
+
+    def memo(rep, *args, **kw):
+        key = (id(rep), repr(args), repr(sorted(kw.items())))
+        if key not in seen:
+            seen[key] = fn(rep, *args, **kw)
+        return seen[key]
+
+    return memo
+
+
+def _judge_once(rep, monkeypatch) -> None:
+    """The command line reads the already loaded ``rep`` (one process, the report loaded once) and
+    the judgement is taken once per arguments: what the commands print of it, in both formats, is
+    what :func:`_answers` then tests."""
+    from labkit.cli_report import _KERNEL_TABLES
+    from labkit.stats import kernels
+
+    monkeypatch.setattr(labkit, "load_report", lambda *a, **k: rep)
+    for name in ("advise", "bottleneck"):
+        monkeypatch.setattr(labkit, name, _memo(getattr(labkit, name)))
+    for name in _KERNEL_TABLES.values():
+        monkeypatch.setattr(kernels, name, _memo(getattr(kernels, name)))
+
+
+NULLABLE_SOURCES = [FIXTURES / "openacc.nsys2020.5.trimmed.sqlite", FIXTURES / "pipeline.nsys2022.4.sqlite",
+                    FIXTURES / "known_gpu" / "gpu_pageable.h200.sqlite",
+                    FIXTURES / "real" / "sdroruganti_2026.1_report2.sqlite"]
+"""Small exports of nsys 2020.5, 2022.4, 2025.3 and 2026.1, CPU and GPU, one with pageable copies."""
+TABLE_GROUPS = {"metadata": ("TARGET_INFO", "META_DATA", "ANALYSIS", "PROCESSES", "ThreadNames", "ENUM"),
+                "every table": ("",)}
+"""The metadata alone (the GPU's fields, the capture's command: the activity read as before), and
+every table at once."""
+
+
+def _nulled(src: Path, dst: Path, prefixes: tuple[str, ...]) -> Path:
+    """A copy of ``src`` with every column that nsys's schema lets be NULL (no NOT NULL, no key) set to
+    NULL in the tables whose names start with one of ``prefixes``."""
+    shutil.copy(src, dst)
+    with contextlib.closing(sqlite3.connect(dst)) as db:
+        for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            cols = [c[1] for c in db.execute(f"PRAGMA table_info([{t}])") if not c[3] and not c[5]]
+            if cols and t.startswith(prefixes):
+                db.execute(f"UPDATE [{t}] SET {', '.join(f'[{c}] = NULL' for c in cols)}")
+        db.commit()
+    return dst
+
+
+@pytest.mark.parametrize("group", list(TABLE_GROUPS))
+@pytest.mark.parametrize("src", NULLABLE_SOURCES, ids=[p.stem for p in NULLABLE_SOURCES])
+def test_nulls_nsys_allows_are_read_as_unknown_by_every_command(src, group, tmp_path):
+    """NULL where the schema allows it (nsys 2019.6 and 2020.3 left TARGET_INFO_GPU's computeMajor
+    empty; a capture's command or a session's start may be missing): advise, bottleneck and kernels,
+    text and --json, still judge the report: a NULL is unknown, not a damaged export."""
+    _answers(_nulled(src, tmp_path / src.name, TABLE_GROUPS[group]), refusing=False)
+
+
+def test_pageable_copies_on_a_gpu_of_unknown_compute_capability_get_the_slowest_link(tmp_path):
+    """The pinned rate the pageable-copy finding assumes, where the GPU's compute capability is NULL
+    (raised TypeError from int(None) before): the slowest link of the table, said as such."""
+    from labkit.judge.gpu_rules import PINNED_GBPS
+
+    path = tmp_path / "pageable.sqlite"
+    shutil.copy(FIXTURES / "known_gpu" / "gpu_pageable.h200.sqlite", path)
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("UPDATE TARGET_INFO_GPU SET computeMajor = NULL, computeMinor = NULL")
+        db.commit()
+    a = labkit.advise(labkit.load_report(path))
+    r = a[a["rule"] == "pageable_memcpy"].iloc[0]
+    assert f"{PINNED_GBPS[7]:g} GB/s, the slowest PCIe link" in r["assumptions"]
+    assert "does not say" in r["assumptions"] and r["predicted_speedup"] > 1

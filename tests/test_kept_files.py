@@ -18,6 +18,8 @@ import pytest
 
 from labkit.paths import LockedError, OutputExistsError, atomic_write, hold_lock
 
+pytestmark = pytest.mark.alone  # it kills, interrupts or waits out nsys and the programs it records: how fast they end decides what it sees
+
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures"
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -64,7 +66,7 @@ def test_export_perfetto_never_destroys_a_file_or_the_report(tmp_path, capsys):
 def test_table_output_and_timeline_save_ask_before_replacing(tmp_path, capsys):
     import labkit
     from labkit.bench.ledger import Ledger
-    from labkit.bench.tables import cli_table
+    from labkit.bench.table_cli import cli_table
 
     led = Ledger(tmp_path / "ledger.jsonl")
     led.append({"step": "baseline", "env": {"host": "h"}, "metrics": {"fps": 1.0}})

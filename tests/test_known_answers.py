@@ -22,13 +22,41 @@ def _check(name, tmp_path):
     return ka.check(name, tmp_path, repeats=3)
 
 
+_ROWS: dict[str, dict] = {}
+"""Each CPU program's verdict row, as this session judged it, for the pass rate below."""
+PASS_RATE = 0.9
+"""At least this share of the CPU known answers must pass (issue 60): one profile is one sample of a
+program's run, and on a shared 2-core machine a program's fix may measure far from its quiet figure."""
+
+
 @pytest.mark.nsys
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ka.CPU_PROGRAMS)
 def test_known_answer_cpu(name, tmp_path):
+    """What must hold on every program: a verdict is made and no finding predicts past its own
+    Amdahl limit. Whether the verdict is right (lever, stage, within 25 %, no bound exceeded, no
+    promise past 1.3x the fix) counts toward the pass rate, asserted below; a miss is said here."""
     row, judged = _check(name, tmp_path)
+    _ROWS[name] = row
     assert not ka.amdahl_violations(judged["advice"]), row
-    assert row["passed"], f"{name}: {row['why']} (row: {row})"
+    if not row["passed"]:
+        import warnings
+
+        warnings.warn(f"known answer {name} missed: {row['why']} (row: {row})", stacklevel=1)
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_at_least_90_percent_of_the_known_answers_pass(tmp_path):
+    """The pass rule over the whole class of CPU programs; programs not judged above in this session
+    (a -k selection) are judged here."""
+    for name in ka.CPU_PROGRAMS:
+        if name not in _ROWS:
+            (tmp_path / name).mkdir()
+            _ROWS[name] = _check(name, tmp_path / name)[0]
+    failed = {n: _ROWS[n]["why"] for n in ka.CPU_PROGRAMS if not _ROWS[n]["passed"]}
+    passed = len(ka.CPU_PROGRAMS) - len(failed)
+    assert passed >= PASS_RATE * len(ka.CPU_PROGRAMS), f"{passed} of {len(ka.CPU_PROGRAMS)} passed; missed: {failed}"
 
 
 @pytest.mark.nsys
@@ -72,6 +100,29 @@ def test_the_verdict_of_several_profiles_is_the_median_predictions():
     assert not row["passed"]
     row, _ = ka.typical([tr(3.99, True)])
     assert row["passed"] and row["profiles"] == [3.99]
+
+
+def _judged_one(prog, x: float, basis: str = "estimate") -> dict:
+    import pandas as pd
+
+    r = {"finding": f"Stage '{prog.stage}' limits", "evidence": "", "lever": prog.levers[0], "lever_text": "",
+         "predicted_speedup": x, "basis": basis, "assumptions": "", "rule": "dominant_stage", "stage": prog.stage,
+         "saves_ms": 1000 - 1000 / x, "window_ms": 1000.0}
+    return {"advice": pd.DataFrame([r]), "top": r, "bottleneck": None, "errors": []}
+
+
+def test_noise_widens_the_tolerance_by_ten_points_at_most_and_no_fix_is_promised_past_1_3x():
+    """The pass rule's two limits: a noise of 0.34 widens 25 % to 35 %, not 59 % (1.45x against a
+    measured 1.0x fails); within the widened tolerance, a finding promising over 1.3x what its fix
+    measured fails (1.34x against 1.0x); 1.2x against 1.0x with a noise of 0.05 passes."""
+    prog = ka.PROGRAMS["slow_stage"]
+    row = ka.verdict(prog, _judged_one(prog, 1.45), {"speedup": 1.0, "noise": 0.34})
+    assert not row["passed"] and "more than 35 %" in row["why"], row["why"]
+    row = ka.verdict(prog, _judged_one(prog, 1.34), {"speedup": 1.0, "noise": 0.34})
+    assert not row["passed"] and "over 1.3x the measured 1.00x" in row["why"], row["why"]
+    row = ka.verdict(prog, _judged_one(prog, 0.7), {"speedup": 1.0, "noise": 0.34})  # low: 30 % off, within 35 %
+    assert row["passed"], row["why"]
+    assert ka.verdict(prog, _judged_one(prog, 1.2), {"speedup": 1.0, "noise": 0.05})["passed"]
 
 
 @pytest.mark.nsys
@@ -330,8 +381,10 @@ def test_untraced_work_between_ranges_stays_a_threads_own_time(tmp_path):
 
 @pytest.mark.nsys
 def test_time_outside_the_ranges_is_named_though_the_window_holds_no_os_call(tmp_path):
-    """unannotated_work computes 20 ms outside any range per item, making no OS runtime call there: a
-    window between two 'consume' ranges holds no OS runtime row, yet the run was traced with osrt, so
+    """unannotated_work computes 20 ms outside any range per item, making almost no OS runtime call there
+    (hashing releases the GIL, and nsys keeps a pthread_cond_signal of it only when one took over its 1 us
+    threshold: 9 to 20 of 39 windows held one in four runs here, more on a busy machine): a window
+    between two 'consume' ranges with no OS runtime row, yet the run was traced with osrt, so
     that time is the thread's own (the window's rows decided it, and the steady window of a run whose
     loop makes no call read 'balanced, nothing to find'); advise names it and so does the bottleneck
     sentence. A report traced without osrt gets no such finding: its untraced time may be any wait."""
@@ -345,7 +398,7 @@ def test_time_outside_the_ranges_is_named_though_the_window_holds_no_os_call(tmp
     # two consecutive items, from one 'consume' range's start to the next one's end, with no call in them
     pairs = [(int(s), int(e)) for s, e in zip(c["start_ns"].iloc[:-1], c["end_ns"].iloc[1:])
              if np.searchsorted(calls, e) == np.searchsorted(calls, s)]
-    assert len(pairs) > len(c) // 2  # most make no call
+    assert pairs, "every window between two items held an OS runtime call"
     w = pairs[len(pairs) // 2]
     two = restrict(rep, window=w)
     assert len(two.osrt) == 0 and osrt_traced(two)
@@ -431,7 +484,10 @@ def test_the_overlap_estimate_says_what_the_gil_leaves_of_it(tmp_path):
     on a pool's process for longer than the moved stage works: the moved work fits in that wait, so
     the GIL leaves the whole estimate."""
     def figures(name):
-        a = ka.judge(name, ka.profile(name, tmp_path / name))["advice"]
+        # as the pool's worker was profiled when this estimate was made: not followed (labkit follows
+        # forks now, and with the worker's own ranges in the trace no serial_stages finding is made for
+        # map_then_reduce; what the GIL leaves of an estimate is what this test holds)
+        a = ka.judge(name, ka.profile(name, tmp_path / name, follow_forks=False))["advice"]
         r = a[a["rule"] == "serial_stages"].iloc[0]
         turns = re.search(r"the gain would be ([0-9.]+)x", r["assumptions"])
         assert turns, r["assumptions"]
@@ -536,7 +592,9 @@ def test_threads_ready_beyond_the_cores_make_a_cheaper_stage_an_estimate(tmp_pat
     fix = ka.fix_finding(ka.PROGRAMS["threads_over_cores"], a)
     assert fix is not None, a[["rule", "stage", "lever"]]
     if acc.cores < 5:
-        assert acc.oversubscribed_ms > 0.2 * acc.window_ms, (acc.oversubscribed_ms, acc.window_ms)
+        # how long more threads were ready than cores moves with the machine's load (16 % to over 20 % of
+        # the window on the 2-core VM): the rule needs some, against the change's gain, not a share
+        assert acc.oversubscribed_ms > 0, (acc.oversubscribed_ms, acc.window_ms)
         assert fix["basis"] == "estimate" and f"{acc.cores} cores" in fix["assumptions"], fix
     else:
         assert fix["basis"] == "bound", (acc.oversubscribed_ms, fix)
@@ -613,3 +671,34 @@ def test_a_lone_stage_with_nothing_beside_it_is_the_program_not_a_finding():
     ranges = rep.nvtx[rep.nvtx["kind"] != "mark"]
     assert set(ranges["name"]) == {"run", "step"} and ranges["global_tid"].nunique() == 1, ranges  # steps in a run
     assert not a["rule"].isin(["dominant_stage", "skip_work"]).any(), a[["rule", "stage", "predicted_speedup"]]
+
+
+LOCKS = Path(__file__).parent / "fixtures" / "known_locks"
+
+
+@pytest.mark.parametrize("rec", [json.loads(ln) for ln in (LOCKS / "known_answers.jsonl").read_text().splitlines()],
+                         ids=lambda r: r["program"])
+def test_a_lock_close_behind_the_limiter_caps_the_finding_as_an_estimate(rec):
+    """Threads that fetch (the limiter) and then take one lock for their next stage: a cheaper 'fetch'
+    is no bound (it read 3.5x 'bound' against 1.33x measured): the held stage is found from the lock
+    waits that end where it begins, the fetch finding is an estimate capped at window / held time and
+    says so, and the recorded profile passes against its fix's measured speed-up."""
+    from labkit.judge import serialized
+    from labkit.judge.evidence import Evidence
+
+    prog = ka.PROGRAMS[rec["program"]]
+    rep = labkit.load_report(LOCKS / rec["profile"])
+    judged = ka.judge(prog, rep)
+    row = ka.verdict(prog, judged, {"speedup": rec["measured_x"], "noise": rec["noise"]})
+    assert row["passed"] and row["basis"] == "estimate", row
+    adv = judged["advice"]
+    fetch = adv[(adv["stage"] == "fetch") & (adv["lever"] == "cheaper_stage")].iloc[0]
+    held = "write" if prog.name == "lock_behind_fetch" else "encode"
+    assert f"'{held}' runs under a lock" in fetch["assumptions"] and "not a bound" in fetch["assumptions"]
+    assert (adv[adv["stage"] == "fetch"]["basis"] == "estimate").all()
+    ranges = rep.nvtx[rep.nvtx["name"] == held]
+    h = serialized.held_stage(Evidence(rep, ("fetch", held), "", 0, None))
+    assert h.stage == held and h.threads == ranges["global_tid"].nunique() and h.waits >= 3
+    w0, w1 = adv.attrs["window"]  # the held stage's time in advise's window: no finding outpaces it
+    held_ms = float((ranges["end_ns"].clip(w0, w1) - ranges["start_ns"].clip(w0, w1)).sum()) / 1e6
+    assert fetch["predicted_speedup"] <= fetch["window_ms"] / held_ms * 1.01

@@ -3,6 +3,8 @@ notebook 03's Little's law on the committed CPU reference ledger (reports/refere
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,6 +16,7 @@ import labbook.display
 import labbook.reference
 from labbook.commands import agreement, naming, stats_report
 from labkit import Ledger, load_report
+from faultkit import START_FAILURES, racing_nsys
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures"
@@ -62,6 +65,54 @@ def test_notebook_01s_stats_line_agrees_with_labkit(tmp_path):
                         "--output", str(out), str(db)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and p.stdout.strip() == "", p.stdout + p.stderr  # nothing printed in the cell
     assert agreement(f"{out}_{name}.csv", load_report(db))["agree"].all()
+
+
+NSYS_LINE = "nsys profile --trace=nvtx --sample=none --cpuctxsw=none --force-overwrite=true --output={out} {prog}"
+
+
+@pytest.mark.skipif(shutil.which("nsys") is None, reason="needs nsys on PATH")
+def test_by_hand_runs_the_typed_nsys_line_without_a_shell_and_shows_its_logs_end(tmp_path, capsys, monkeypatch):
+    """Notebook 01's by-hand profile: the line as typed, run by real nsys on a real program; its words
+    go to nsys as they are (a `;` or `$(...)` in them is no shell's), its output to <report>.log, and
+    the cell prints the log's last lines, which name the report."""
+    monkeypatch.delenv("LABKIT_STRICT", raising=False)
+    out, marker = tmp_path / "by hand", tmp_path / "ran"
+    said = f"$(touch {tmp_path / 'x'}); y"  # run by no shell: written as it is, nothing touched
+    code = f"open({str(marker)!r}, 'w').write({said!r})"
+    prog = f"python3 -c {shlex.quote(code)}"
+    line = NSYS_LINE.format(out=shlex.quote(str(out)), prog=prog)
+    assert lab.by_hand(line, report=f"{out}.nsys-rep") is None
+    printed = capsys.readouterr().out
+    assert f"{out}.nsys-rep" in printed and len(printed.strip().splitlines()) == 2, printed
+    assert marker.read_text() == said and not (tmp_path / "x").exists()
+    assert (tmp_path / "by hand.log").read_text().count("Generated:") == 1
+
+
+@pytest.mark.skipif(shutil.which("nsys") is None, reason="needs nsys on PATH")
+@pytest.mark.parametrize("failure", sorted(START_FAILURES))
+def test_by_hand_starts_nsys_again_after_its_start_up_race_and_never_reads_an_old_report(tmp_path, capsys,
+                                                                                         monkeypatch, failure):
+    """nsys 2022.4 under load with other sessions starting sometimes exits before its program ran
+    ("sem_open" in its "ProcessWaiter", or no endpoint of its daemon): the first start here is made to
+    fail that way (an `nsys` first on PATH prints nsys's message once, then runs the real nsys), and
+    by_hand starts it again, saying so. A run that wrote nothing, beside a report an earlier run left, is
+    a missing report, not the old one; a command that is not there is one line too."""
+    monkeypatch.delenv("LABKIT_STRICT", raising=False)
+    shim = racing_nsys(tmp_path / "bin", failure, shutil.which("nsys"))
+    monkeypatch.setenv("PATH", f"{shim.parent}:{os.environ['PATH']}")
+    out = tmp_path / "again"
+    assert lab.by_hand(NSYS_LINE.format(out=out, prog="true"), report=f"{out}.nsys-rep") is None
+    printed = capsys.readouterr().out
+    assert "started again (2 of 3)" in printed and f"{out}.nsys-rep" in printed, printed
+    log = (tmp_path / "again.log").read_text()
+    said = START_FAILURES[failure].split("\\n")[-1]
+    assert log.index(said) < log.index("started again") < log.index("Generated:"), log
+
+    failed = NSYS_LINE.format(out=out, prog=str(tmp_path / "no-such-program"))
+    note = lab.by_hand(failed, report=f"{out}.nsys-rep").data
+    assert "wrote no report" in note and "this time" in note and "\n" not in note, note
+    typo = lab.by_hand("nsyss profile true", report=tmp_path / "typo.nsys-rep").data
+    assert "cannot run nsyss" in typo and "\n" not in typo, typo
 
 
 def test_frames_held_by_the_queues():

@@ -72,7 +72,12 @@ def test_app_command_turns_flags_into_options():
     s = lab.settings("small")
     assert cmd[:4] == [sys.executable, str(lab.APP), "--input", "clip.mp4"]
     rest = cmd[4:]
-    assert rest == ["--frames", str(s.frames), "--warmup", str(s.warmup),
+    # held (labbook.record_plan.held_frames): the batch, the decoder's queue and its frame, two stage queues of
+    # 4 batches and the batch in each hand, a batch in each stage past infer: 4 + 17 + 40 + 12 = 73
+    held = 4 + (16 + 1) + 4 * 2 * (4 + 1) + 3 * 4
+    frames = held * 10 + held + s.warmup  # ten times as many timed as held, plus warm-up and what is held
+    assert frames == 811 < s.frames  # small mode sizes a step by its queues
+    assert rest == ["--frames", str(frames), "--warmup", str(s.warmup),
                     "--cache-dir", str(labkit.env.cache_dir() / "backends"), "--input-hw", s.input_hw,
                     "--batch-size", "4", "--queues", "--no-osd", "--backend", "onnxruntime"]
     assert "--results" not in cmd and "--output" not in cmd  # bench adds --results; no OSD: no video
@@ -87,7 +92,7 @@ def test_app_command_keeps_an_explicit_input_size_and_writes_its_video_under_rep
 def test_app_options_are_what_bench_records():
     opts = lab.app_options({"queues": True}, video=Path("clip.mp4"), mode="small")
     s = lab.settings("small")
-    assert opts == {"inputs": ["clip.mp4"], "frames": s.frames, "warmup": s.warmup, "input_hw": s.input_hw,
+    assert opts == {"inputs": ["clip.mp4"], "frames": 600, "warmup": s.warmup, "input_hw": s.input_hw,  # few held
                     "cache_dir": str(labkit.env.cache_dir() / "backends"),
                     "output": str(lab.VIDEOS / "clip.tracked.mp4"), "queues": True}
     assert lab.app_argv(opts) == lab.app_command(video=Path("clip.mp4"), mode="small", queues=True)

@@ -83,6 +83,38 @@ def test_make_jupyter_never_asks_about_news(tmp_path):
         proc.wait(timeout=30)
 
 
+def test_make_jupyter_executed_opens_the_notebooks_the_lab_executed(tmp_path):
+    """`make jupyter EXECUTED=1` serves <reports>/notebooks/, the copies run_lab wrote with their
+    outputs (a real server's contents API lists them); before the lab ran it is one line, and no server."""
+    pytest.importorskip("jupyterlab")
+    port, token, reports = _free_port(), "kit-test-executed", tmp_path / "r"
+    env = {**os.environ, "LABKIT_REPORTS": str(reports), "JUPYTER_TOKEN": token,
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "user")}
+    argv = [sys.executable, "scripts/jupyter_lab.py", "--port", str(port), "--executed"]
+    out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1, out
+    assert f"no executed notebooks in {reports / 'notebooks'}" in out.stderr and "make lab" in out.stderr
+    (reports / "notebooks").mkdir(parents=True)
+    (reports / "notebooks" / "00_Start_Here.ipynb").write_bytes((ROOT / "notebooks" / "00_Start_Here.ipynb").read_bytes())
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert f"the executed notebooks in {reports / 'notebooks'}" in line and f"token={token}" in line, line
+        url, listing = f"http://127.0.0.1:{port}/api/contents?token={token}", None
+        for _ in range(120):
+            try:
+                listing = json.load(urllib.request.urlopen(url, timeout=5))
+                break
+            except OSError:
+                assert proc.poll() is None, "JupyterLab exited"
+                time.sleep(0.5)
+        assert listing is not None, "JupyterLab did not answer"
+        assert [c["name"] for c in listing["content"] if c["type"] == "notebook"] == ["00_Start_Here.ipynb"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def test_environment_pairs_torch_and_onnxruntime_gpu_on_one_cuda_major():
     yaml = pytest.importorskip("yaml")
     from labkit.doctor import CUDA_INDEX as INDEX, FAIL, OK, cuda_pair_verdict

@@ -105,19 +105,25 @@ def test_a_networks_layers_do_not_merge():
 REPORTS = sorted(FIXTURES.rglob("*.sqlite")) + sorted(REFERENCE.rglob("*.sqlite"))
 
 
-@pytest.mark.parametrize("path", REPORTS, ids=[f"{p.parent.name}/{p.stem}" for p in REPORTS])
-def test_fewer_launches_never_cost_more(path):
+def test_fewer_launches_never_cost_more():
     """On every report with launches in its steps: merged launches leave no more than the steps took,
-    and no less than one graph replay does; merged kernels take no longer than the kernels apart."""
-    try:
-        rep = labkit.load_report(path)
-    except labkit.LabkitError as exc:
-        pytest.skip(f"{path.name}: {exc}")
-    if not len(rep.kernels):
-        pytest.skip("no kernels")
-    lm = _model(rep)
-    if lm is None:
-        pytest.skip("no step holds two launches")
-    assert 0 <= lm.graphed_ms <= lm.merged_ms + 1e-9 <= lm.now_ms + 1e-9
-    assert 0 <= lm.gpu_merged_ms <= lm.gpu_now_ms + 1e-9
-    assert np.isfinite(lm.per_launch_us) and lm.per_launch_us > 0
+    and no less than one graph replay does; merged kernels take no longer than the kernels apart.
+    One test over every report (most hold no kernels, or no step with two launches: they have nothing
+    to check, and are counted rather than reported as skipped cases)."""
+    checked, bad = [], {}
+    for path in REPORTS:
+        try:
+            rep = labkit.load_report(path)
+        except labkit.LabkitError:
+            continue
+        lm = _model(rep) if len(rep.kernels) else None
+        if lm is None:
+            continue
+        checked.append(path.name)
+        ok = (0 <= lm.graphed_ms <= lm.merged_ms + 1e-9 <= lm.now_ms + 1e-9
+              and 0 <= lm.gpu_merged_ms <= lm.gpu_now_ms + 1e-9
+              and np.isfinite(lm.per_launch_us) and lm.per_launch_us > 0)
+        if not ok:
+            bad[path.name] = lm
+    assert len(checked) >= 8, checked  # the recorded GPU fixtures and references hold launches in their steps
+    assert bad == {}

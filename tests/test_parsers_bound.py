@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from labkit.bench.ledger import Ledger, LedgerWarning
-from labkit.bench.tables import cli_table, speedup_table
+from labkit.bench.table_cli import cli_table
+from labkit.bench.tables import speedup_table
 from labkit.report.load import load_report
 from labkit.report.reader import ReportError
 

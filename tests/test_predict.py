@@ -83,6 +83,20 @@ def test_queues_are_predicted_from_the_baseline_profile(led):
     assert no_osd["finding"] == "Stage 'display' can be switched off" and 1.05 < no_osd["predicted_speedup"] < 1.10
 
 
+def test_advice_shows_its_findings_at_a_glance_and_folds_their_evidence(led):
+    """The advice table a notebook shows has the finding, lever, figure and basis; each finding's
+    evidence and assumptions sit under one closed fold; the frame keeps every column for code."""
+    add(led, "baseline", profile="baseline.sqlite")
+    a = lab.advice("queues", "full")
+    html = a._repr_html_()
+    table, fold = html.split("<details>")
+    assert "<th>finding</th>" in table and "<th>evidence</th>" not in table and "<th>assumptions</th>" not in table
+    assert fold.startswith("<summary>Evidence and assumptions, per finding</summary>") and fold.count("<li>") == len(a)
+    import html as h
+
+    assert h.escape(a["evidence"].iloc[0]) in fold and "evidence" in a.columns
+
+
 def test_no_prediction_says_why(led):
     assert prediction("baseline", "full") == {
         "predicted_speedup": None, "basis": None, "assumptions": None, "lever": None,
@@ -104,23 +118,24 @@ def test_verdict_of_the_reference_queues_step(led):
     add(led, "queues", profile="queues.sqlite", **prediction("queues", "full"))
     text = verdict("queues", "full").data
     measured = ref_fps("queues") / ref_fps("baseline")
-    assert text.startswith(f"queues: measured {measured:.2f}x over 'baseline' (one measurement: no interval); "
+    line, fold = text.split("\n\n<details><summary>Why</summary>\n\n")
+    assert line.startswith(f"queues: measured {measured:.2f}x over 'baseline' (one measurement: no interval); "
                            "estimate 1.1")  # no basis "bound" in the row: an estimate
-    assert "'infer' is 8" in text and "% of stage time" in text
-    assert "slower, beyond the noise" in text
+    assert "\n" not in line and ": slower;" in line  # one line: what was measured, where it fell, what moved
     infer = (ref_metrics("baseline")["stage_ms"]["infer"], ref_metrics("queues")["stage_ms"]["infer"])
-    assert f"'infer' took {infer[0]:.1f} ms a frame in 'baseline' and {infer[1]:.1f} ms here" in text
+    assert line.endswith(f"; 'infer' {infer[0]:.1f} → {infer[1]:.1f} ms a frame.")
+    assert "'infer' is 8" in fold and "% of stage time" in fold and "beyond the noise" in fold  # the why, folded
 
 
 @pytest.mark.parametrize("fps, basis, says", [
-    (100.0, "bound", "above the bound, beyond the noise"), (100.0, "estimate", "the estimate was under by"),
+    (100.0, "bound", "above the bound"), (100.0, "estimate", "the estimate was under by"),
     (18.0, "bound", "within noise of the bound"), (15.6, "bound", "within noise of no change"),
     (15.6, "estimate", "within noise of no change")])
 def test_verdict_follows_the_measurement(led, fps, basis, says):
     add(led, "baseline", profile="baseline.sqlite")
     add(led, "queues", profile="queues.sqlite", fps=fps, **{**prediction("queues", "full"), "basis": basis})
-    text = verdict("queues", "full").data
-    assert says in text and f"; {basis} 1.1" in text
+    line = verdict("queues", "full").data.split("\n\n")[0]
+    assert f"; {basis} 1.1" in line and f"x: {says}" in line
 
 
 def test_verdict_compares_guess_estimate_and_measurement_with_its_interval(led):
@@ -134,7 +149,7 @@ def test_verdict_compares_guess_estimate_and_measurement_with_its_interval(led):
     led.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     text = verdict("queues", "full").data
     assert "measured 1.50x over 'baseline' (95 % interval 1.33-1.68x); your guess 3.00x (above it)" in text
-    assert "estimate 1.17x" in text and "the estimate was under by 1.3x" in text
+    assert "estimate 1.17x: the estimate was under by 1.3x" in text.split("\n\n")[0]
 
 
 def test_next_lever_comes_from_the_steps_own_profile(led):

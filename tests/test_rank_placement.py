@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from labkit.annotate import read_results
-from source_code.distributed import PipelineError, World, placement
+from source_code.distributed import PipelineError, Placement, World, placement
 from source_code.scenes import SceneConfig, make_video
 
 APP = Path(__file__).resolve().parents[1] / "source_code" / "detect_video.py"
@@ -66,3 +66,16 @@ def test_torchrun_with_device_auto_on_a_cpu_machine(tmp_path):
     assert [p["device"] for p in doc["per_rank"]] == ["cpu", "cpu"]
     assert doc["placement"] == "no CUDA GPU: the 2 ranks run on the CPU (gloo)"
     assert not any("gloo" in w for w in doc["warnings"])  # where the ranks ran is a fact, not a fault that flags a row
+
+
+def test_slurm_one_gpu_per_task_is_a_gpu_of_its_own_not_two_ranks_sharing_one():
+    """srun --ntasks-per-node 2 --gpus-per-task 1: each task sees one GPU (its own, as cuda:0) while
+    the node runs two ranks; that was read as two ranks sharing one GPU (gloo, a sharing note)."""
+    slurm = {"SLURM_GPUS_PER_TASK": "1", "SLURM_LOCALID": "1", "CUDA_VISIBLE_DEVICES": "1"}
+    w = World(rank=1, size=2, local_rank=1, local_size=2)
+    assert placement("auto", w, 1, env=slurm) == Placement("cuda:0", "nccl")
+    assert placement("cuda", w, 1, env=slurm) == Placement("cuda:0", "nccl")
+    assert placement("cuda:0", w, 1, env=slurm) == Placement("cuda:0", "nccl")
+    # the same two ranks without per-task GPUs do share the one GPU they both see
+    shared = placement("auto", w, 1, env={"CUDA_VISIBLE_DEVICES": "0"})
+    assert shared.backend == "gloo" and "2 ranks share 1 GPU" in shared.note

@@ -23,6 +23,8 @@ from labkit.ranks.reports import RanksError, _rank_from_env, load_reports, plot_
 from labkit.ranks.profile import RankFailedError, profile_ranks
 from labkit.report.load import Report, load_report
 
+pytestmark = pytest.mark.alone  # ranks under torchrun against deadlines, and their ports: alone
+
 FIX = Path(__file__).parent / "fixtures"
 EXPORTS = [FIX / f"ranks.nsys2022.4_{r}.sqlite" for r in (0, 1)]
 STAGES = {"main": 1, "load": 4, "compute": 4, "allreduce": 4}  # instances per rank (ranks.py)

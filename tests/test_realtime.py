@@ -11,6 +11,7 @@ from source_code.detect_video import main
 from source_code.scenes import SceneConfig, make_video
 
 FPS, BATCH, N = 10, 4, 24
+pytestmark = pytest.mark.serial  # its latency is the wall clock's: alone on the machine (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The recording plan (labbook.record_plan, ``record_reference.py plan``): the H100 reference fits the
+"""The recording plan (labbook.record_plan, ``record_reference.py plan``): the H200 reference fits the
 device tool's time by design, every step's frames satisfy Little's law, the state fits by construction,
 and repeats that produce the same output are scored once."""
 from __future__ import annotations
@@ -28,32 +28,54 @@ def plan_cli(*args) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
 
 
-def test_the_h100_plan_fits_two_sessions_in_calls_of_9_and_covers_every_gpu_step():
+def test_the_h200_plan_fits_one_session_in_12_minutes_of_calls_of_8_and_says_what_it_cut():
+    """The default plan (the H200 the device tool lends, from its own recording's measured step
+    seconds): at most 12 minutes in calls of at most 8, each call's write-out inside it, one session;
+    the steps that teach nothing there are cut, each with its reason, and every other step is run."""
     res = plan_cli("--json")
     assert res.returncode == 0, res.stderr
     p = json.loads(res.stdout)
-    assert p["machine"] == "h100" and p["mode"] == "record" and p["fits"]
-    assert p["total_minutes"] <= 20 and all(c["minutes"] <= 9 for c in p["calls"])
-    # 15 minutes of device time a session: calls packed in order, each session within it
-    assert [i for s in p["sessions"] for i in s] == list(range(1, len(p["calls"]) + 1))
-    assert len(p["sessions"]) == 2
-    assert all(sum(p["calls"][i - 1]["minutes"] for i in s) <= 15 for s in p["sessions"])
+    assert p["machine"] == "h200" and p["mode"] == "record" and p["fits"]
+    assert p["total_minutes"] <= 12 and all(c["minutes"] <= 8 for c in p["calls"])
+    assert p["limits"] == {"call_minutes": 8, "session_minutes": 15, "record_minutes": 12}
+    assert p["sessions"] == [list(range(1, len(p["calls"]) + 1))]
     assert p["total_minutes"] == pytest.approx(sum(c["minutes"] for c in p["calls"]), abs=0.05)
+    m = R.machine("h200")
+    # the write-out is inside each call: its fixed cost is the recording's 88 s a call beside its steps
+    assert m.call_s + m.clip_s + m.measured_s["baseline"] > 100 and m.call_s >= 50
+    cut = p["cut"]
+    assert set(cut) == {"ort_fp32", "ort_int8", "ranks2", "interval5", "interval10", "interval20", "compile",
+                        "streams4"}
+    assert "CPU" in cut["ort_fp32"] and "processes2" in cut["ranks2"] and "1.02x" in cut["compile"]
+    assert "0.98x" in cut["streams4"] and "2, 3, 30" in cut["interval5"]
     order = [s for c in p["calls"] for s in c["steps"]]
     s = settings("record")
     late = [*(f"interval{k}" for k in sorted({*s.intervals, s.interval})), "optimized", "processes2", "ranks2"]
-    assert order == ["decode_ceiling", *catalogue("record", gpu=True), *late]  # every step, in the driver's order
-    gpu = [n for n, st in catalogue("record", gpu=True).items() if st.flags.get("device") == "cuda"]
-    assert {"fp16", "fp16_cuda_graphs", "tensorrt_fp16", "tensorrt_int8"} <= set(gpu) <= set(order)
-    # the steps whose reports come back are profiled, and only they (the rest would stay on the device)
+    every = ["decode_ceiling", *catalogue("record", gpu=True), *late]
+    assert order == [n for n in every if n not in cut]  # every other step, in the driver's order
+    assert {"fp16", "fp16_cuda_graphs", "decode_workers2", "tensorrt_fp16", "tensorrt_int8"} <= set(order)
     assert {n for n, st in p["steps"].items() if st["profiled"]} == set(R.RECORD_PROFILES)
+    text = plan_cli()
+    assert text.returncode == 0 and all(f"cut {n}: {why}" in text.stdout for n, why in cut.items())
+
+
+def test_steps_asked_for_by_name_are_never_cut():
+    p = R.plan("h200", names=["compile", "ranks2", "ort_fp32"])
+    assert p["cut"] == {} and {"compile", "ranks2", "ort_fp32"} <= set(p["steps"])
+
+
+def test_the_h100_model_still_fits_its_calls_and_covers_every_gpu_step():
+    p = R.plan("h100")
+    assert p["fits"] and all(c["minutes"] <= 9 for c in p["calls"])
+    gpu = [n for n, st in catalogue("record", gpu=True).items() if st.flags.get("device") == "cuda"]
+    assert set(gpu) <= {s for c in p["calls"] for s in c["steps"]}
 
 
 def test_a_cpu_plan_and_an_unknown_model_are_one_line():
     res = plan_cli("--model", "cpu", "--mode", "small", "--steps", "baseline,queues,fp16")
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[0].startswith("call 1:") and "cpu model" in res.stdout
-    with pytest.raises(ValueError, match="choose one of h100, cpu"):
+    with pytest.raises(ValueError, match="choose one of h200, h100, cpu"):
         R.plan("a100")
 
 
@@ -70,7 +92,10 @@ def test_every_record_step_is_sized_by_what_its_queues_hold():
         assert R.MIN_FRAMES <= frames <= s.video_seconds * 30
     assert R.frames_for({}, "record") == R.MIN_FRAMES  # baseline: one frame held
     assert R.frames_for(catalogue("record")["batch32"].flags, "record") > 10 * R.MIN_FRAMES
-    assert R.frames_for({}, "small") == settings("small").frames  # the other modes keep their settings
+    assert R.frames_for({}, "full") == settings("full").frames  # full mode keeps its settings
+    small = [R.frames_for(st.flags, "small") for st in catalogue("small", gpu=False).values()]
+    assert min(small) == R.MIN_FRAMES == R.frames_for({}, "small") and max(small) <= settings("small").frames
+    assert R.frames_range("small", gpu=False) == (min(small), max(small)) and min(small) < max(small)
 
 
 def test_a_state_group_too_large_is_left_out_and_the_next_still_travels(tmp_path):

@@ -181,6 +181,7 @@ def test_fetch_fits_the_next_calls_carry_caches_first(tmp_path):
         t.add(src / "cache", "cache")
     tree = rr._tree_bytes()
     assert tree > 10 * 2**20  # the checkout itself: the fixtures, the weights
+    assert tree < rr.CARRY, f"the checkout alone is {tree / 2**20:.1f} MiB, over what the device tool sends"
     (gpu / "wheels.bin").write_bytes(b"\0" * (rr.CARRY - tree - 2**20))  # room for 1 MiB of state
     note = rr.fit_carry(state, gpu)
     assert "without its caches" in note

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.alone  # it kills, interrupts or waits out nsys and the programs it records: how fast they end decides what it sees
+
 ROOT = Path(__file__).resolve().parents[1]
 NSYS = shutil.which("nsys") or os.environ.get("LABKIT_NSYS")
 

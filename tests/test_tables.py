@@ -9,7 +9,8 @@ import pytest
 
 from labkit import speedup_table
 from labkit.bench.ledger import Ledger
-from labkit.bench.tables import SpeedupTableError, SpeedupWarning, cli_table
+from labkit.bench.table_cli import cli_table
+from labkit.bench.tables import SpeedupTableError, SpeedupWarning
 
 H100 = {"gpu": "NVIDIA H100 80GB HBM3", "cpu": "AMD EPYC 7B13", "host": "gpu1"}
 XEON = {"gpu": None, "cpu": "Intel(R) Xeon(R) Processor", "host": "vm"}
@@ -181,7 +182,7 @@ def test_speedup_over_the_step_each_builds_on_in_the_cpu_reference():
     for step, base in CPU_BUILDS_ON.items():
         assert over[step] == pytest.approx(fps[step] / fps[base]), step
     assert math.isnan(over["baseline"]) and t.steps.loc["baseline", "builds_on"] is None
-    assert round(over["queues"], 2) == 0.95  # README: queues 0.95x
+    assert round(over["queues"], 2) == 0.95  # docs/results.md: queues 0.95x
     assert t.speedup.iloc[:, 0]["interval3"] == pytest.approx(fps["interval3"] / fps["baseline"])
     md = [[cell.strip() for cell in line.split("|")[1:-1]] for line in t.to_markdown().splitlines()[2:]]
     assert md[0][:5] == ["step", "kind", "builds_on", "speed-up", "over builds_on"]

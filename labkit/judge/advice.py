@@ -24,6 +24,7 @@ from labkit.judge.batch_rules import fitted_batch, per_call, underfilled
 from labkit.judge.gpu_rules import (gpu_bound, launch_bound, low_utilization, pageable, starvation, sync_apis,
                                     sync_copies)
 from labkit.judge.evidence import ADVICE_COLUMNS, DECODE_BOUND, LEVERS, MIN_GAIN, SKIP_EVERY, Evidence, row
+from labkit.judge import serialized
 from labkit.report.window import windowed
 from labkit.stats import idle
 from labkit.stats import stages as analysis
@@ -144,6 +145,9 @@ def _advise(report, *, stages=None, warmup: int = 0, decode_ceiling_fps: float |
             if r["predicted_speedup"] > cap:
                 r["predicted_speedup"] = cap
                 r["evidence"] += f"; capped at the input-only ceiling ({cap:.2f}x)"
+    held = serialized.held_stage(ev)
+    for r in rows:  # no change to the other stages outpaces a stage run one at a time under a lock
+        serialized.cap(r, ev, held)
     # a lever the caller named (removable=) is always answered, even when it predicts nothing
     rows = [r for r in rows if r["predicted_speedup"] >= min_gain or r["rule"] == "removable_stage"] + (
         [decode] if decode else [])
@@ -174,7 +178,7 @@ def _launch_work_ms(ev: Evidence, busiest) -> float:
     """What fewer launches can remove from the busiest thread: its launch calls and, where its stages'
     ranges hold them, those stages' time (the framework's work around each launch goes with it: on an
     H200, batching 500 one-kernel adds into one measured 242-382x in four calls where the launch calls
-    alone promised 1.74x, tests/programs/known/gpu_tiny_launches.py)."""
+    alone promised 1.74x)."""
     launches = ev.in_window(idle.launch_calls(ev.rep))
     mine = launches[launches["global_tid"] == busiest["global_tid"]] if len(launches) else launches
     calls_ms = float(mine["duration_ns"].sum()) / 1e6
@@ -229,9 +233,8 @@ def _amdahl(r: dict, ev: Evidence) -> None:
 
 def _short_of_cores(r: dict, ev: Evidence) -> None:
     """A bound read from times measured while threads waited for a core is none: a change that frees a
-    core takes those waits away as well (four threads started per batch on two cores,
-    tests/programs/known/threads_over_cores.py: the main thread's thread starts slowed by the running
-    workers, a 2.06x 'bound' against 2.26x measured). The bound stands while the run's time with more
+    core takes those waits away as well (with four threads started per batch on two cores, the main
+    thread's thread starts are slowed by the running workers: a 2.06x 'bound' against 2.26x measured). The bound stands while the run's time with more
     threads ready than cores (:attr:`~labkit.judge.accounting.Accounting.oversubscribed_ms`), were all
     of it gone from the run after the change, could not move it past the noise (:data:`MIN_GAIN`);
     beyond that the finding is an estimate and its assumptions say why."""

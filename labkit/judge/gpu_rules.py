@@ -54,8 +54,8 @@ PRECISION_BYTES = 4
 PINNED_GBPS = {7: 12.0, 8: 25.0, 9: 50.0, 10: 50.0}
 """The host-device rate pinned copies reach where a report measured none, by the GPU's compute
 capability and the PCIe link its generation shipped with (GB/s, one direction: Volta and Turing on
-Gen3 x16, Ampere and Ada on Gen4, Hopper and Blackwell on Gen5). Measured: 51 GB/s on an H200
-(tests/programs/known/gpu_pageable.py --fix, 2026-11-28). An assumption the finding states."""
+Gen3 x16, Ampere and Ada on Gen4, Hopper and Blackwell on Gen5). Pinned copies of 256 MiB measured
+51 GB/s on an H200 (2026-11-28). An assumption the finding states."""
 
 
 def _pinned_gbps(ev: Evidence, pinned: pd.DataFrame) -> tuple[float, str]:
@@ -66,9 +66,15 @@ def _pinned_gbps(ev: Evidence, pinned: pd.DataFrame) -> tuple[float, str]:
         gbps = float(big["bytes"].sum()) / float(big["duration_ns"].sum())
         return gbps, f"{gbps:.1f} GB/s, the rate of this report's {len(big)} pinned copies of 1 MB or more"
     gpu = ev.rep.gpu
-    major = int(gpu["compute_major"].iloc[0]) if "compute_major" in gpu and len(gpu) else 0
+    major = gpu["compute_major"].iloc[0] if "compute_major" in gpu and len(gpu) else None
+    major = int(major) if major is not None and pd.notna(major) else None  # NULL in nsys 2019.6 and 2020.3
+    name = gpu["name"].iloc[0] if "name" in gpu and len(gpu) else None
+    name = str(name) if name is not None and pd.notna(name) else "this GPU"
+    if major is None:  # the slowest link: the estimate promises no more than the oldest GPU's rate
+        gbps = PINNED_GBPS[7]
+        return gbps, (f"{gbps:g} GB/s, the slowest PCIe link of the table (the report does not say {name}'s "
+                      "compute capability; no pinned copy in this report measured it)")
     gbps = PINNED_GBPS.get(major, PINNED_GBPS[7] if major < 7 else PINNED_GBPS[10])
-    name = str(gpu["name"].iloc[0]) if "name" in gpu and len(gpu) else "this GPU"
     return gbps, (f"{gbps:g} GB/s, the PCIe link of {name}'s generation (compute capability {major}; "
                   "no pinned copy in this report measured it)")
 

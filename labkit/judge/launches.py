@@ -10,10 +10,9 @@ launches (they fill at least :data:`BURST` of them):
 
 - the cold start after a burst. From one step's last launch to the next step's first (a *boundary*:
   the tail, the time between steps, the head) the typical boundary's time beyond one typical launch
-  goes with the launches, up to :data:`PAUSE` - 1 typical launches a boundary. Measured on
-  ``tests/programs/known/gpu_tiny_launches.py`` on an H200 (2026-11-29), that time grows with the
-  launches a step holds: a boundary took 11, 40 and 74 us with 50, 500 and 2,000 adds a step and
-  12 us once they were one (also with CUDA untraced, and on a CPU: the code at a step's edges runs
+  goes with the launches, up to :data:`PAUSE` - 1 typical launches a boundary. In traces of steps of
+  one-kernel adds on an H200 (2026-11-29) that time grew with the launches a step held: a boundary
+  took 11, 40 and 74 us with 50, 500 and 2,000 adds a step and 12 us once they were one (also with CUDA untraced, and on a CPU: the code at a step's edges runs
   cold after a burst);
 - interruptions. Pauses (inside steps, or a boundary more than :data:`PAUSE` typical launches and
   twice the typical one long) in fewer than :data:`RARE` of the steps, where the thread traced
@@ -33,8 +32,7 @@ as many waves of the device as they fill (SMs x warps per SM x threads per warp,
 so do all where the report gives no device size. Thread slots are an upper count: registers and
 shared memory can leave fewer, and a merged kernel that streams more bytes takes longer.
 
-Checked on ``tests/programs/known/gpu_tiny_launches.py`` (one-kernel adds of 1,024 floats a step, recorded
-on an H200 on 2026-11-29; tests/test_launch_model.py, tests/test_known_answers.py): the merged kernel is
+In a trace of steps of one-kernel adds of 1,024 floats (an H200, 2026-11-29) the merged kernel is
 modelled at 0.90 us a step (one wave, as long as the longest add); the fix's own kernel, the same adds as
 one launch, ran 1.41 us in the same trace (its 4 MB take time a wave of fixed cost does not show). The run
 stays host-bound either way. Batching is estimated at 314x with 500 adds a step (346x measured; 255x in a

@@ -38,8 +38,8 @@ SETUP_WORDS = ("setup", "launch", "overhead", "prepare", "init", "alloc")
 batching pays it once per batch instead of once per call."""
 BALANCED = 1.10
 """Threads whose own times are within 10 % of each other are balanced: no stage finding is made on the
-limiting one. Own times are measured under the run's contention: in the known-answer control (three
-threads of 20 ms a step by construction, tests/programs/known/balanced.py) they differed by 7 %."""
+limiting one. Own times are measured under the run's contention: three threads given 20 ms a step
+each read 7 % apart in their trace on the 2-core VM."""
 PATH_SHARE = 0.25
 """A stage holding at least this share of the critical path, off the limiting thread, gets a finding
 of its own (:func:`on_path`): below it the stage is one of several the path passes through."""
@@ -48,9 +48,10 @@ LONE_NEXT = 0.1
 other host work would then limit: another thread's own time that is a limit of its own (not a pool's
 inside the stage's ranges) of at least this share of the limiting thread's, so that a cheaper stage
 gains at most 1/LONE_NEXT (10x) before that thread limits. With less beside it the stage is the
-program (a test report's one 'step' range: a 265x "bound" on making the whole program cheaper) and
-no stage lever is news; where the next limit is the GPU's, the GPU rules speak. Known answer:
-tests/programs/known/lone_stage.py, a loader process working two thirds of the time 'consume' takes."""
+program (a report whose one 'step' range spans the run: a 265x "bound" on making the whole program
+cheaper) and no stage lever is news; where the next limit is the GPU's, the GPU rules speak. A loader
+process working two thirds of the time the lone stage takes is such a limit: the stage is a finding,
+bounded by the loader."""
 BATCH_TO = 16  # the batch size the batching estimate assumes where the calls carry fewer items
 
 

@@ -20,9 +20,9 @@ engine keeps its measured time; the threads' CPU time shares the profiled run's 
 the report, or the fewer its program could use), so a change off the limiting thread still pays where the
 cores were full; a thread without ranges of its own in a stage's process (a library's worker pool) works
 for the stages whose ranges it overlaps, and its time there changes with theirs (one in another process,
-a data loader's worker, works on its own: a loader process preparing items 20 ms each while the main
-process's 'forward' ran had read as forward's work, and a free 'forward' as 2.56x where the loader then
-limits at 1.25x, tests/programs/known/loader_process.py); threads that run the same stages (a pool taking
+a data loader's worker, works on its own: counted as the work of the main process's ranges it
+overlaps, a loader preparing items 20 ms each read as 'forward''s work, and a free 'forward' as 2.56x
+where the loader then limits at 1.25x); threads that run the same stages (a pool taking
 items from one queue) share their work evenly after a change. Both lengths are also no shorter than the
 critical path's (:mod:`labkit.judge.critical`).
 """
@@ -45,13 +45,13 @@ __all__ = ["WhatIf", "IN_FLIGHT"]
 POOL_AT_ONCE = 1.1
 """Threads that run the same stages share their work as a pool only where they run their main stage
 (the one with the most own time) at once: its ranges, summed over the threads, are at least this many
-times as long as their union. Threads that take a lock in turn for it
-(tests/programs/known/taking_turns.py) run it one at a time (1.0): no pool, their turns are the run."""
+times as long as their union. Threads that take a lock in turn for it run it one at a time (1.0,
+their ranges never overlap in the trace): no pool, their turns are the run."""
 POOL_EVEN = 2.0
 """A pool's threads do the same work per item: their mean own time per instance of the main stage is
-within this factor of each other. Threads that pass each item on under one range name, a producer's
-'work' of 8 ms feeding a consumer's 'work' of 30 ms (tests/programs/known/same_name.py), differ by more
-(3.6x): no pool, a cheaper consumer leaves the producer its time."""
+within this factor of each other. Threads that pass each item on under one range name (a producer's
+'work' of 8 ms feeding a consumer's 'work' of 30 ms) differ by more (3.6x): no pool, a cheaper consumer
+leaves the producer its time."""
 IN_FLIGHT = 8
 """Requests a thread can keep in flight once its latency is overlapped (parallel reads, prefetch
 threads): the parallel-input lever's assumption."""

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from labkit.record.nsys import START_TRIES, TRACE, _start_race
+from labkit.record.nsys import START_TRIES, TRACE, claim_log, start_again, start_race
+from labkit.record.proc import profiled_env
 from labkit.env import find_nsys, reports_dir, usable_cpus
 from labkit.errors import LabkitError, check_writable, output_tail
 from labkit.paths import check_name, nsys_output
@@ -141,15 +142,17 @@ def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=TRACE,
     for p in old:
         p.unlink()
     log, log_dir = outdir / f"{name}.log", outdir / f"{name}_logs"
-    nsys_argv = profile_command(argv_cmd, output=f"{nsys_output(outdir / name)}_%q{{RANK}}", trace=trace, nsys_args=nsys_args,
+    output = f"{nsys_output(outdir / name)}_%q{{RANK}}"
+    os.close(claim_log(log, shlex.quote(f"--output={output}"))[0])  # a log labkit did not write is refused
+    nsys_argv = profile_command(argv_cmd, output=output, trace=trace, nsys_args=nsys_args,
                                 overwrite=overwrite, nsys=exe)
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
             f"--log-dir={log_dir}", "--tee=3", *torchrun_args, "--no-python", *nsys_argv]
-    run_env = {**os.environ, **(env or {})}
+    run_env = profiled_env(env)  # no secrets: nsys 2025.x stores the environment in each report
     cpus = usable_cpus()  # what the ranks can use (they inherit this process's affinity and cgroup)
     t0 = time.monotonic()
-    for attempt in range(START_TRIES):  # nsys's start-up race (sem_open) under load: start again
-        with open(log, "w" if attempt == 0 else "a") as logf:
+    for attempt in range(START_TRIES):  # nsys's start-up race under load (start_race): start again
+        with open(log, "w" if attempt == 0 else "a", encoding="utf-8", errors="backslashreplace") as logf:
             logf.write(f"# {shlex.join(argv)}\n")
             logf.flush()
             # its own process group, so that a timeout or an interrupt stops torchrun, nsys and every rank
@@ -165,15 +168,12 @@ def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=TRACE,
             except BaseException:  # KeyboardInterrupt in a notebook: leave no rank running
                 _stop_group(proc)
                 raise
-        if proc.returncode == 0 or attempt == START_TRIES - 1 or not _start_race(_all_logs(log, log_dir)):
+        if (proc.returncode == 0 or not start_race(_all_logs(log, log_dir))
+                or not start_again(attempt, lambda line: _append(log, f"# labkit: {line}\n"), what="a rank")):
             break
-        with open(log, "a") as logf:
-            logf.write(f"# labkit: nsys failed to start a rank (sem_open: a start-up race of nsys under load); "
-                       f"started again ({attempt + 2} of {START_TRIES})\n")
         for p in outdir.glob(f"{glob.escape(name)}_*.nsys-rep"):
             if rank_from_name(p) is not None:
                 p.unlink()
-        time.sleep(0.5 * (attempt + 1))
     output = log.read_text(errors="replace")
     if proc.returncode != 0:
         listed = _failed_ranks(output)
@@ -197,3 +197,8 @@ def profile_ranks(command, *, nproc: int, name: str, outdir=None, trace=TRACE,
         note_ranks_report(p, cpus)  # the CPUs the ranks could use, tied to each report as record ties its own
     dbs = [export_sqlite(p, nsys=exe) for p in reps]
     return load_reports(dbs, scheduler=scheduler, frames=frames)
+
+
+def _append(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)

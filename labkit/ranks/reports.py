@@ -344,7 +344,8 @@ def load_reports(paths, *, scheduler=None, frames: Sequence[str] = (),
         raise RanksError(f"unknown frame {bad[0]!r}: choose from {', '.join(FRAMES)}")
     if ranks is not None and (len(ranks) != len(paths) or len(set(ranks)) != len(ranks)):
         raise RanksError(f"ranks= must give one distinct rank per path ({len(paths)} paths, ranks {list(ranks)})")
-    loaded = run_tasks(_load_one, [str(p) for p in paths], scheduler=scheduler, frames=frames)
+    # absolute before they leave: a worker's working folder is not this process's
+    loaded = run_tasks(_load_one, [str(p.absolute()) for p in paths], scheduler=scheduler, frames=frames)
     got = list(ranks) if ranks is not None else _assign_ranks(paths, [d["meta"]["env_rank"] for d in loaded])
     order = np.argsort(got, kind="stable")
     got, paths, loaded = [got[i] for i in order], [paths[i] for i in order], [loaded[i] for i in order]

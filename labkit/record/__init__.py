@@ -7,6 +7,6 @@ __getattr__, __dir__, __all__ = exports(__name__, {
              "note_ranks_report", "CaptureRangeError", "ProgramFailedError", "ProfileTimeoutError", "TRACE",
              "ReportExistsError", "PROFILE_SPACE"],
     "tool": ["NsysError", "NsysNotFoundError", "supports_option"],
-    "proc": ["child_setup", "exit_reason", "program_lines", "last_error_line", "wait_with_progress", "remove_stream_files",
+    "proc": ["profiled_env", "is_secret", "child_setup", "exit_reason", "program_lines", "last_error_line", "wait_with_progress", "remove_stream_files",
              "process_reason", "UMASK", "REPORT_GRACE_S"],
 })

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from labkit.env import cache_dir, nsys_version
 from labkit.errors import check_writable
+from labkit.paths import bounded_name
 from labkit.record.proc import child_setup, exit_reason
 from labkit.record.tool import NsysError, NsysNotFoundError, _nsys_or_raise
 
@@ -153,7 +154,7 @@ def _reusable(db: Path, rep: Path, ident: dict, version: str | None) -> bool:
 
 def _cached(rep: Path) -> Path:
     key = hashlib.sha1(str(rep.resolve()).encode()).hexdigest()[:12]
-    return export_cache_dir() / f"{rep.stem}-{key}.sqlite"
+    return export_cache_dir() / bounded_name(f"{rep.stem}-{key}", ".sqlite", spare=len(_JOURNAL))
 
 
 def _failure_hint(rep: Path, status: int, output: str) -> str:
@@ -172,6 +173,47 @@ def _failure_hint(rep: Path, status: int, output: str) -> str:
         return f"{rep.name} is not an nsys report (it holds text): record it again or pass the right file"
     return (f"{rep.name} is damaged or truncated ({size} bytes; a copy cut short?): copy it again, or "
             f"record it again")
+
+
+_PARTIAL = ".partial.sqlite"
+_JOURNAL = "-journal"  # SQLite writes <db>-journal beside a database it changes (labkit's mark)
+
+
+def _partial_name(db: Path, pid: int) -> str:
+    """The name of the file nsys exports ``db`` into before the rename: ``.<stem>.<pid>.partial.sqlite``
+    (bounded: :func:`labkit.paths.bounded_name`), the exporting process's pid in it."""
+    return bounded_name(f".{db.stem}", f".{pid}{_PARTIAL}", spare=len(_JOURNAL))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def _remove_stale_partials(db: Path) -> None:
+    """Delete the partial exports of ``db`` that an export killed outright (kill -9, a power cut) left:
+    named as :func:`_partial_name` names them, owned by this user, and of a process that is gone. One
+    whose process lives (an export under way) and any other file stay."""
+    pattern = re.compile(r"\.(\d+)" + re.escape(_PARTIAL) + "$")
+    try:
+        entries = list(os.scandir(db.parent))
+    except OSError:
+        return
+    for e in entries:
+        m = pattern.search(e.name)
+        if not m or e.name != _partial_name(db, int(m.group(1))):
+            continue
+        try:
+            mine = e.stat(follow_symlinks=False).st_uid == os.getuid() and e.is_file(follow_symlinks=False)
+            if mine and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+                os.unlink(e.path)
+        except OSError:
+            continue
 
 
 def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, force: bool = False) -> Path:
@@ -195,7 +237,8 @@ def export_sqlite(rep_path, *, nsys: str | None = None, progress: bool = False, 
     exe = _nsys_or_raise(nsys)
     need = (16 << 20) + 10 * ident["size"]  # an export is a few times its report
     check_writable(db.parent, need_bytes=need, what="export the report into")
-    tmp = db.with_name(f".{db.stem}.{os.getpid()}.partial.sqlite")
+    _remove_stale_partials(db)
+    tmp = db.with_name(_partial_name(db, os.getpid()))
     argv = [exe, "export", "--type=sqlite", f"--output={tmp}", "--force-overwrite=true", str(rep_path)]
     t0 = time.monotonic()
     try:

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Sequence
 
 from labkit.env import usable_cpus
-from labkit.errors import LabkitError, check_writable, output_error, output_tail as _tail
-from labkit.paths import nsys_output, report_files
-from labkit.record.proc import (child_setup, exit_reason, process_reason, program_lines, remove_stream_files as
+from labkit.errors import LabkitError, check_writable, output_error, output_tail as _tail, record_written, written_by_labkit
+from labkit.paths import nsys_output, report_base, report_files
+from labkit.record.proc import (child_setup, profiled_env, exit_reason, process_reason, program_lines, remove_stream_files as
                                 _remove_stream_files)
 from labkit.record.proc import wait_with_progress as _wait_with_progress
 from labkit.record.export import report_identity
@@ -31,7 +31,7 @@ from labkit.record.tool import NsysError, NsysNotFoundError, _nsys_or_raise, sup
 
 __all__ = ["record", "Recording", "profile_command", "supports_option", "report_identity", "recording_notes", "NsysError",
            "NsysNotFoundError", "CaptureRangeError", "ProgramFailedError", "ProfileTimeoutError", "ReportExistsError",
-           "PROFILE_SPACE", "TRACE"]
+           "PROFILE_SPACE", "TRACE", "START_TRIES", "start_race", "start_again"]
 
 PROFILE_SPACE = 64 << 20
 """Free bytes a profile needs before nsys starts, in the report's folder and in the temporary
@@ -64,7 +64,7 @@ class ReportExistsError(LabkitError):
 
 def profile_command(command: Sequence[str], *, output: Path, trace=TRACE, capture_range=None,
                     nsys_args: Sequence[str] = (), overwrite: bool = False, nsys: str = "nsys",
-                    graph_nodes: bool = True, osrt_stacks: bool = False) -> list[str]:
+                    graph_nodes: bool = True, osrt_stacks: bool = False, forks: bool = True) -> list[str]:
     """The ``nsys profile`` argv that :func:`record` runs (exposed for tests and notebooks).
 
     ``graph_nodes``: with CUDA traced, record each CUDA-graph node as its own kernel
@@ -79,7 +79,10 @@ def profile_command(command: Sequence[str], *, output: Path, trace=TRACE, captur
     (:func:`labkit.stats.blocked.untraced_waits`), but nsys 2022.4 hung generating the report in 2
     of 18 such profiles of the known-answer programs here (2026-11-28; none of 3 of the same program
     without). CPU sampling
-    stays off.
+    stays off. ``forks``: children that fork without exec are traced (``--trace-fork-before-exec=true``,
+    unless ``nsys_args`` choose): a PyTorch DataLoader's workers and ``multiprocessing``'s fork
+    children run the program's own code, and nsys's default leaves their ranges and calls out, so
+    the parent's wait on their pipe would read as latency of its own.
     """
     trace = ",".join(trace) if not isinstance(trace, str) else trace
     extra = list(nsys_args)
@@ -90,6 +93,8 @@ def profile_command(command: Sequence[str], *, output: Path, trace=TRACE, captur
         argv.append("--cuda-graph-trace=node")
     if not osrt_stacks and "osrt" in trace.split(",") and not any(a.startswith("--osrt-backtrace") for a in extra):
         argv.append(f"--osrt-backtrace-threshold={NO_STACKS_NS}")
+    if forks and not any(a.startswith("--trace-fork-before-exec") for a in extra):
+        argv.append("--trace-fork-before-exec=true")
     if capture_range:
         if capture_range == "cudaProfilerApi":
             argv.append("--capture-range=cudaProfilerApi")
@@ -115,16 +120,58 @@ class Recording:
 
 
 START_TRIES = 3
-"""Times labkit starts nsys when it fails before its program ran with nsys 2022.4's start-up race
-(``sem_open`` in ``ProcessWaiter``: seen on the 2-core VM under load, with other nsys sessions running)."""
+"""Times labkit starts nsys when it fails before its program ran with one of nsys 2022.4's start-up
+races (:func:`start_race`: seen on the 2-core VM and in CI under load, with other nsys sessions running)."""
 
 
-def _start_race(output: str) -> bool:
+def start_race(output: str) -> bool:
     """Whether nsys's output is one of its start-up races under load: ``sem_open`` in
     ``ProcessWaiter``, or its agent's state machine shut down before its start completed ("No
-    transition in ...ShutdownE ... for ...StartCompletedE", seen on the 2-core VM with ranks)."""
+    transition in ...ShutdownE ... for ...StartCompletedE", seen on the 2-core VM with ranks), or its
+    client finding no endpoint of its daemon ("Local Endpoint is not available" from
+    ``ClientProxy::GetLocalEndpoint``: CI, a by-hand profile started beside the lab's other sessions).
+    Each ends nsys before the program ran, so starting it again loses nothing."""
     return ("ProcessWaiter" in output and "sem_open" in output) or (
-        "No transition in" in output and "StartCompleted" in output)
+        "No transition in" in output and "StartCompleted" in output) or (
+        "GetLocalEndpoint" in output and "Local Endpoint is not available" in output)
+
+
+
+def start_again(attempt: int, say, what: str = "its program") -> bool:
+    """After start ``attempt`` (0-based) ended in :func:`start_race`: whether to start nsys again (a
+    start is left of ``START_TRIES``); if so, says it through ``say`` (one line) and waits a little
+    longer each time. Every place labkit starts nsys (a profile, the ranks, a by-hand line) goes
+    through here, so they start again alike and say it in the same words."""
+    if attempt >= START_TRIES - 1:
+        return False
+    say(f"nsys failed to start {what} (its start-up race beside other nsys sessions); "
+        f"started again ({attempt + 2} of {START_TRIES})")
+    time.sleep(0.5 * (attempt + 1))
+    return True
+
+_ESCAPED = "LABKIT_ESCAPED_ARGS"
+_WRAPPER = ('umask 022; i=0; n=$#; for a do i=$((i+1)); case " $LABKIT_ESCAPED_ARGS " in *" $i "*) '
+            'a=$(printf \'%b.\' "$a"); a=${a%.};; esac; set -- "$@" "$a"; done; shift "$n"; '
+            'unset LABKIT_ESCAPED_ARGS; exec "$@"')
+"""What nsys runs: the program under umask 022 (nsys 2022.4 gives it 0000: world-writable files), its
+arguments that are not UTF-8 decoded back to their bytes: nsys passes its command line on as
+protobuf text and fails on them ("Message parsing failed"), so they travel as ``\\0ooo`` escapes."""
+
+
+def _wrapped(argv_cmd: list[str]) -> tuple[list[str], str]:
+    """(the argv nsys runs, the value of ``LABKIT_ESCAPED_ARGS``): ``/bin/sh -c`` :data:`_WRAPPER`,
+    each argument that is not UTF-8 (a Latin-1 file name, surrogate-escaped in argv) as octal escapes
+    of its bytes and its position in the escaped list."""
+    out, escaped = [], []
+    for i, arg in enumerate(argv_cmd, 1):
+        try:
+            arg.encode("utf-8")
+            out.append(arg)
+        except UnicodeEncodeError:
+            out.append("".join(f"\\0{b:03o}" for b in os.fsencode(arg)))
+            escaped.append(str(i))
+    name = out[0] if not escaped or escaped[0] != "1" else "program"  # $0: the shell's name for messages
+    return ["/bin/sh", "-c", _WRAPPER, name, *out], " ".join(escaped)
 
 
 def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", capture_range=None,
@@ -140,7 +187,8 @@ def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", captur
             (``"measure"`` or ``"measure@domain"``): only that range is recorded, so warm-up
             stays out. Unregistered NVTX strings are matched (NSYS_NVTX_PROFILER_REGISTER_ONLY=0).
         nsys_args: extra nsys options, added before the command.
-        env: extra environment variables for the program.
+        env: extra environment variables for the program (kept as given); what it inherits from
+            this process loses its secrets (:func:`labkit.record.proc.profiled_env`).
         overwrite: replace an existing report of the same name.
         progress: one updating line with the elapsed time (a terminal, or a widget in Jupyter).
         timeout_s: stop the run (as Ctrl-C does: nsys stops the program and writes what it has) past
@@ -151,33 +199,43 @@ def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", captur
     Raises: NsysNotFoundError, ReportExistsError (also while another run records the same name),
         CaptureRangeError, ProgramFailedError, ProfileTimeoutError, NsysError, OutputError (folder not
         writable, disk full);
+        ArgumentError (a timeout_s that is NaN, infinite, 0 or below);
         KeyboardInterrupt after Ctrl-C, once nsys has stopped the program and written what it could.
     """
+    from labkit.errors import seconds
+
+    timeout_s = seconds(timeout_s, "timeout_s")  # NaN waited for ever; 0 or -1 ran nsys to fail after it
     argv_cmd = shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
     if not argv_cmd:
         raise NsysError("empty command: pass the program to profile, e.g. ['python', 'app.py']")
     outdir = Path(outdir)
     files = report_files(outdir, name)  # the one name check; the suffix is added, as nsys does
-    base = outdir / name
+    base = outdir / report_base(name)  # "x.nsys-rep": nsys writes x.nsys-rep
     rep, db, log = files[".nsys-rep"], files[".sqlite"], files[".log"]
     exe = _nsys_or_raise(nsys)
-    run_env = {**os.environ, **(env or {})}
+    run_env = profiled_env(env)  # no JUPYTER_TOKEN and the like: nsys 2025.x stores it in the report
     tmp = run_env.get("TMPDIR") or tempfile.gettempdir()  # nsys's; Python's skips a full one for /tmp
     check_writable(outdir, need_bytes=PROFILE_SPACE, what="write the report into")
     check_writable(tmp, need_bytes=PROFILE_SPACE // 2, what="write nsys's temporary .qdstrm into")
     # the name is reserved for this run (see _reserve), so nsys may replace the placeholder
     # nsys 2022.4 starts its program with umask 0000 (every file it makes world-writable): restore 022
-    argv = profile_command(["/bin/sh", "-c", 'umask 022 && exec "$@"', argv_cmd[0], *argv_cmd], output=nsys_output(base), trace=trace, capture_range=capture_range,
+    wrapped, run_env[_ESCAPED] = _wrapped(argv_cmd)
+    argv = profile_command(wrapped, output=nsys_output(base), trace=trace, capture_range=capture_range,
                            nsys_args=nsys_args, overwrite=True, nsys=exe,
                            graph_nodes=supports_option(exe, "--cuda-graph-trace"),
-                           osrt_stacks=not supports_option(exe, "--osrt-backtrace-threshold"))
+                           osrt_stacks=not supports_option(exe, "--osrt-backtrace-threshold"),
+                           forks=supports_option(exe, "--trace-fork-before-exec"))
     if capture_range and capture_range != "cudaProfilerApi":
         run_env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")
     cpus = usable_cpus()  # what the program will be able to use: nsys's CpuCores is the machine's count
     t0 = time.monotonic()
-    with _reserve(rep, db, log, overwrite) as logf:
+    with _reserve(rep, db, log, overwrite, _output_arg(base)) as logf:
         logf.write(f"# {shlex.join(argv)}\n")
         logf.flush()
+        def say(line):
+            logf.write(f"{_NOTE}{line}\n")
+            logf.flush()
+
         for attempt in range(START_TRIES):
             start = logf.tell()
             try:
@@ -192,13 +250,9 @@ def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", captur
             interrupted = _wait_with_progress(proc, f"nsys profile {name}", progress, timeout_s)
             logf.flush()
             output = log.read_text(errors="replace")
-            if not (proc.returncode and not interrupted and _start_race(output[start:])
-                    and not (rep.exists() and rep.stat().st_size > 0)) or attempt == START_TRIES - 1:
+            if not (proc.returncode and not interrupted and start_race(output[start:])
+                    and not (rep.exists() and rep.stat().st_size > 0)) or not start_again(attempt, say):
                 break
-            logf.write(f"{_NOTE}nsys failed to start its program (sem_open: a start-up race of nsys under "
-                       f"load); started again ({attempt + 2} of {START_TRIES})\n")
-            logf.flush()
-            time.sleep(0.5 * (attempt + 1))
         _remove_stream_files(output, outdir)
         written = rep.exists() and rep.stat().st_size > 0
         if written:
@@ -240,22 +294,68 @@ def record(command, *, name: str, trace=TRACE, outdir="reports/profiles", captur
     return Recording(nsys_rep=rep, log=log, argv=argv, wall_s=round(time.monotonic() - t0, 3), nsys=exe)
 
 
+def _output_arg(base: Path) -> str:
+    """The ``--output=`` word of the nsys command line for ``base``, as the log's first line shows it."""
+    return shlex.quote(f"--output={nsys_output(base)}")
+
+
+def labkit_log(log: Path, output_arg: str) -> bool:
+    """Whether ``log`` is a log labkit wrote for this very report: marked as labkit's and unchanged
+    since (:func:`labkit.errors.written_by_labkit`), or opening with labkit's ``# <nsys command line>``
+    with that ``--output=`` (a run killed outright leaves no mark). A program's own log of that name
+    (``train.log`` beside ``train.py``) is neither, so it is never truncated."""
+    if written_by_labkit(log):
+        return True
+    try:
+        with open(log, "rb") as f:
+            first = f.readline(65536).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return first.startswith("# ") and f" {output_arg} " in first and " profile " in first
+
+
+def claim_log(log: Path, output_arg: str) -> tuple[int, bool]:
+    """Open ``log`` for labkit's writing: created, or an earlier log of labkit's for this report
+    (:func:`labkit_log`); returns (descriptor, created). A file labkit did not write is refused
+    (:class:`ReportExistsError`, with or without overwrite: it is not a report), an unwritable one is
+    OutputError."""
+    try:
+        try:
+            return os.open(log, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            if not labkit_log(log, output_arg):
+                raise ReportExistsError(
+                    f"{log} already exists and labkit did not write it (the program's own log?): labkit writes the "
+                    f"program's output to NAME.log beside the report, so choose another --name (name=) or "
+                    f"--outdir") from None
+            return os.open(log, os.O_RDWR), False
+    except OSError as exc:
+        raise output_error(log, exc, need_bytes=PROFILE_SPACE) from None
+
+
+def _stale_placeholder(rep: Path, log: Path, output_arg: str) -> bool:
+    """Whether ``rep`` is the empty placeholder of a run of labkit's that was killed outright (kill -9):
+    0 bytes, and marked as labkit's or beside labkit's log of it. Asked only with that log's lock
+    held, so no run of this name is under way."""
+    try:
+        if not rep.is_file() or rep.is_symlink() or rep.stat().st_size:
+            return False
+    except OSError:
+        return False
+    return written_by_labkit(rep) or labkit_log(log, output_arg)
+
+
 @contextlib.contextmanager
-def _reserve(rep: Path, db: Path, log: Path, overwrite: bool):
+def _reserve(rep: Path, db: Path, log: Path, overwrite: bool, output_arg: str):
     """Reserve a report name for one run and yield its log, open for writing.
 
     The log is locked (``flock``) for the whole run, so a second run of the same name is refused
-    instead of writing over the first one's files; without ``overwrite`` the report name is
-    also taken with ``O_EXCL`` (an empty placeholder nsys replaces), so an existing report is
-    never touched. Raises ReportExistsError, OutputError.
+    instead of writing over the first one's files, and it must be labkit's (:func:`claim_log`);
+    without ``overwrite`` the report name is also taken with ``O_EXCL`` (an empty placeholder nsys
+    replaces, marked as labkit's), so an existing report is never touched, and the placeholder a run
+    killed outright left is taken back. Raises ReportExistsError, OutputError.
     """
-    try:
-        try:
-            fd, created = os.open(log, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
-        except FileExistsError:
-            fd, created = os.open(log, os.O_RDWR), False
-    except OSError as exc:
-        raise output_error(log, exc, need_bytes=PROFILE_SPACE) from None
+    fd, created = claim_log(log, output_arg)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -268,7 +368,10 @@ def _reserve(rep: Path, db: Path, log: Path, overwrite: bool):
                     p.unlink(missing_ok=True)
             elif db.exists():
                 raise FileExistsError(db)
+            elif _stale_placeholder(rep, log, output_arg):
+                rep.unlink()
             os.close(os.open(rep, os.O_WRONLY | os.O_CREAT | (0 if overwrite else os.O_EXCL), 0o644))
+            record_written(rep)
         except FileExistsError as exc:
             raise ReportExistsError(f"{exc.filename or rep} already exists: pass overwrite=True (CLI: --overwrite) "
                                     f"or choose another name") from None
@@ -280,12 +383,15 @@ def _reserve(rep: Path, db: Path, log: Path, overwrite: bool):
         os.close(fd)
         raise
     os.ftruncate(fd, 0)
-    with os.fdopen(fd, "w") as logf:  # closing it releases the lock
+    # a file name in another encoding (surrogateescape from argv) is written escaped, never an error
+    with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as logf:  # closing releases the lock
         try:
             yield logf
         finally:
             if rep.exists() and rep.stat().st_size == 0:
                 rep.unlink()  # the reservation, never filled: whatever stopped the run
+            logf.flush()
+            record_written(log)
 
 
 _NOTE = "# labkit: "

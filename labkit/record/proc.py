@@ -1,7 +1,8 @@
 """How labkit runs a child program, and what it reads from one that failed.
 
 One home for: the child's start (a sane umask, and a parent-death signal so that a killed Python
-process takes nsys or the application with it), the words for an exit status (a signal is named),
+process takes nsys or the application with it), the environment a profiled program inherits (its
+secrets removed: nsys 2025.x stores the process environment in each report), the words for an exit status (a signal is named),
 and the program's own last lines in a log that nsys also wrote to (its progress bars dropped).
 """
 from __future__ import annotations
@@ -16,8 +17,9 @@ from pathlib import Path
 
 from labkit.progress import bar as progress_bar
 
-__all__ = ["child_setup", "exit_reason", "program_lines", "last_error_line", "wait_with_progress",
-           "remove_stream_files", "process_reason", "signals_as_interrupt", "UMASK"]
+__all__ = ["profiled_env", "is_secret", "SECRET_NAMES", "SECRET_SUFFIXES", "child_setup", "exit_reason", "program_lines",
+           "last_error_line", "wait_with_progress", "remove_stream_files", "process_reason", "signals_as_interrupt",
+           "stop_children", "Stop", "UMASK"]
 
 UMASK = 0o022
 """The umask every child runs with (nsys 2022.4 gives its program 0000: world-writable files)."""
@@ -25,6 +27,35 @@ REPORT_GRACE_S = 30
 """Seconds at least that nsys gets to write its report once a run that ran past its time limit is stopped."""
 
 _PR_SET_PDEATHSIG = 1
+
+SECRET_NAMES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "AWS_SECRET_ACCESS_KEY")
+"""Variables a profiled program never inherits, whatever their case."""
+SECRET_SUFFIXES = ("_TOKEN", "_SECRET", "_PASSWORD", "_PASSWD", "_SECRET_KEY", "_API_KEY")
+"""...nor any whose name ends so: ``JUPYTER_TOKEN`` (the JupyterLab kernel's, which every profile
+started from a notebook inherits), ``JPY_API_TOKEN`` and ``JUPYTERHUB_API_TOKEN`` (JupyterHub),
+``HF_TOKEN``, ``GITHUB_TOKEN``, ``AWS_SESSION_TOKEN``, ``*_PASSWORD``."""
+
+
+def is_secret(name: str) -> bool:
+    """Whether an environment variable's name says it holds a secret (:data:`SECRET_NAMES`,
+    :data:`SECRET_SUFFIXES`)."""
+    upper = name.upper()
+    return upper in SECRET_NAMES or upper.endswith(SECRET_SUFFIXES)
+
+
+def profiled_env(extra=None, base=None) -> dict[str, str]:
+    """The environment for a program labkit profiles: ``base`` (default ``os.environ``) without its
+    secrets (:func:`is_secret`), since nsys 2025.x writes the process environment into every report
+    and reports are shared; then ``extra``, the caller's own variables, as given.
+
+    Args:
+        extra: variables the caller sets for the program (kept, even with a secret's name).
+        base: the environment to start from (default: this process's).
+    Returns: the environment, a new dict.
+    """
+    env = {k: v for k, v in (os.environ if base is None else base).items() if not is_secret(k)}
+    env.update({k: str(v) for k, v in (extra or {}).items()})
+    return env
 
 # lines nsys itself writes into the program's output
 _NSYS_LINE = re.compile(
@@ -106,26 +137,66 @@ def remove_stream_files(output: str, outdir: Path) -> None:
             path.unlink(missing_ok=True)
 
 
+class Stop:
+    """What :func:`signals_as_interrupt` met (``children=True``): ``by`` is the signal's name, or None."""
+
+    def __init__(self):
+        self.by: str | None = None
+
+
+def stop_children(grace_s: float = 10.0) -> None:
+    """SIGTERM every process this one started (and theirs), then SIGKILL whatever is left after
+    ``grace_s`` (nsys writes its report on SIGTERM; a Jupyter kernel ends)."""
+    import psutil
+
+    try:
+        procs = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=5)
+
+
 @contextlib.contextmanager
-def signals_as_interrupt(signals=(signal.SIGTERM, signal.SIGHUP)):
+def signals_as_interrupt(signals=(signal.SIGTERM, signal.SIGHUP), *, children: bool = False, grace_s: float = 10.0):
     """While labkit waits for a child: SIGTERM and SIGHUP (``kill``, a closed terminal or SSH
     session) handled as Ctrl-C is, a ``KeyboardInterrupt`` naming the signal, so the child is
     stopped the same way, what it finished is kept and nothing is left behind (the default
     action killed Python at once: a 0-byte report, a .qdstrm in /tmp). A handler someone else
-    installed is left alone; outside the main thread this does nothing."""
+    installed is left alone; outside the main thread this does nothing.
+
+    ``children=True``, for a script that waits inside a library's event loop (nbclient's kernel,
+    a browser driver), where an exception raised in a signal handler ends in that library's
+    tracebacks: the first signal stops every child instead (:func:`stop_children`) and is kept in
+    the :class:`Stop` this yields (the library then sees its child gone, and the script, seeing
+    ``stop.by``, says one line); a second one raises as above.
+
+    Yields: a :class:`Stop`.
+    """
     import threading
 
-    old = {}
+    old, stop = {}, Stop()
     if threading.current_thread() is threading.main_thread():
         def handler(signum, frame):
-            raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+            name = signal.Signals(signum).name
+            if children and stop.by is None:
+                stop.by = name
+                stop_children(grace_s)
+                return
+            raise KeyboardInterrupt(f"stopped by {name}")
 
         for s in signals:
             with contextlib.suppress(ValueError, OSError):
                 if signal.getsignal(s) in (signal.SIG_DFL, None):
                     old[s] = signal.signal(s, handler)
     try:
-        yield
+        yield stop
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -166,15 +237,20 @@ def wait_with_progress(proc: subprocess.Popen, label: str, progress: bool, timeo
     stack = contextlib.ExitStack()
     stack.enter_context(signals_as_interrupt())  # SIGTERM, SIGHUP: as Ctrl-C
     try:
-        while proc.poll() is None:
+        while True:
+            # every step of the loop inside one try: a Ctrl-C that lands while the bar redraws or the
+            # deadline is checked (a wider window on a loaded machine) stops nsys as one in wait() does
             try:
-                proc.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                bar.refresh()
-                if deadline is not None and time.monotonic() > deadline:
-                    proc.timed_out = True
-                    deadline = time.monotonic() + max(timeout_s, REPORT_GRACE_S)
-                    stop(f"ran past its {timeout_s:g} s limit")
+                if proc.poll() is not None:
+                    break
+                try:
+                    proc.wait(timeout=0.5)
+                except subprocess.TimeoutExpired:
+                    bar.refresh()
+                    if deadline is not None and time.monotonic() > deadline:
+                        proc.timed_out = True
+                        deadline = time.monotonic() + max(timeout_s, REPORT_GRACE_S)
+                        stop(f"ran past its {timeout_s:g} s limit")
             except KeyboardInterrupt as exc:
                 proc.timed_out = False
                 stop(exc.args[0] if exc.args else "interrupted")  # Ctrl-C, or the signal's name

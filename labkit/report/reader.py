@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from labkit.report.enums import MEMCPY_KIND as _MEMCPY_KIND, MEM_KIND as _MEM_KIND, SYNC_KIND as _SYNC_KIND
 from labkit.errors import LabkitError
 
 __all__ = [
@@ -40,18 +41,6 @@ __all__ = [
 class ReportError(LabkitError):
     """A report file is missing, unreadable or not an Nsight Systems export."""
 
-# copyKind -> label, as ENUM_CUDA_MEMCPY_OPER of 2025.3 spells it (used when the enum is absent)
-_MEMCPY_KIND = {
-    0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
-    4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array",
-    8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer",
-    11: "Unified Host-to-Device", 12: "Unified Device-to-Host", 13: "Unified Device-to-Device",
-}
-_MEM_KIND = {
-    0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
-    5: "Device Static", 6: "Managed Static", 7: "Unknown",
-}
-_SYNC_KIND = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
 
 NVTX_COLUMNS = ["name", "domain", "start_ns", "end_ns", "duration_ns", "tid", "pid", "global_tid",
                 "thread_name", "depth", "parent", "kind", "payload", "color", "category", "category_name", "ended"]
@@ -75,8 +64,8 @@ GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"  # whole-graph rows: nsys's defa
 SUMMARY_COLUMNS = ["name", "instances", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "stddev_ns",
                    "time_pct"]
 PROJECTION_COLUMNS = ["name", "domain", "style", "start_ns", "end_ns", "duration_ns", "proj_start_ns",
-                      "proj_end_ns", "proj_duration_ns", "num_gpu_ops", "tid", "pid", "depth", "parent",
-                      "nvtx_index"]
+                      "proj_end_ns", "proj_duration_ns", "proj_busy_ns", "num_gpu_ops", "tid", "pid", "depth",
+                      "parent", "nvtx_index"]
 
 _TID_MASK = 0xFFFFFF
 
@@ -485,4 +474,11 @@ def _read_gpu(db: _Db) -> pd.DataFrame:
     if not have:
         return pd.DataFrame({"device_id": pd.Series(dtype="int64"), "name": pd.Series(dtype=object)})
     rows = db.scalar_rows(f"SELECT {', '.join(f'[{c}]' for c in have)} FROM TARGET_INFO_GPU")
-    return pd.DataFrame(rows, columns=[_GPU_COLS[c] for c in have])
+    df = pd.DataFrame(rows, columns=[_GPU_COLS[c] for c in have])
+    for c in df.columns.difference(list(_GPU_TEXT)):  # a NULL (old nsys left computeMajor empty) is unknown: <NA>
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
+    return df
+
+
+_GPU_TEXT = ("name", "chip", "bus", "uuid")
+"""The GPU table's text columns; the others are numbers, a NULL among them read as unknown (<NA>)."""

@@ -24,6 +24,8 @@ from __future__ import annotations
 import functools
 import inspect
 
+import numbers
+
 import numpy as np
 
 from labkit.errors import LabkitError
@@ -45,11 +47,17 @@ def span_of(report, *, window=None, within=None) -> np.ndarray:
         raise WindowError("give window=(start_ns, end_ns) or within='range name', not both")
     if window is not None:
         try:
-            s, e = (int(x) for x in window)
-        except (TypeError, ValueError):
-            raise WindowError(f"window must be (start_ns, end_ns), two integers; got {window!r}") from None
+            s, e = window
+            if any(isinstance(x, bool) or not (isinstance(x, numbers.Integral) or float(x).is_integer())
+                   for x in (s, e)):
+                raise ValueError
+            s, e = int(s), int(e)
+        except (TypeError, ValueError, OverflowError):  # NaN, infinite, 2.5, a str, not two of them
+            raise WindowError(f"window must be (start_ns, end_ns), two whole numbers of ns; got {window!r:.80}") from None
         if e <= s:
             raise WindowError(f"empty window: start_ns {s} >= end_ns {e}; give (start_ns, end_ns) with start < end")
+        lo, hi = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)  # a span past any clock is clipped to it
+        s, e = min(max(s, lo), hi - 1), min(max(e, lo + 1), hi)
         return np.array([[s, e]], dtype=np.int64)
     if not isinstance(within, str):
         raise WindowError(f"within must be an NVTX range name (a str), not {type(within).__name__}")
@@ -91,6 +99,22 @@ def _renest(nv, keep: np.ndarray):
     return out
 
 
+def _check_overlap(report, span) -> None:
+    """WindowError when the window lies wholly before the report's first event or after its last
+    (a window past the end gave empty tables, said as 'no data')."""
+    lo, hi = [], []
+    for name in (*_CPU_FRAMES, *_GPU_FRAMES, "cuda_api"):
+        f = report._frame(name)
+        if len(f):
+            lo.append(int(f["start_ns"].min()))
+            hi.append(int(f["end_ns"].max()) if "end_ns" in f else int(f["start_ns"].max()))
+    if lo and (span[-1, 1] <= min(lo) or span[0, 0] > max(hi)):
+        a, b = min(lo), max(hi)
+        raise WindowError(f"the window {int(span[0, 0])}..{int(span[-1, 1])} ns lies outside {report.path.name}'s "
+                          f"events, which run from {a} to {b} ns on its clock ({a / 1e6:.1f} to {b / 1e6:.1f} ms): "
+                          f"give a window inside them")
+
+
 def restrict(report, *, window=None, within=None):
     """A new Report with only the events of a time window or an NVTX range (rule: module docstring).
 
@@ -106,6 +130,8 @@ def restrict(report, *, window=None, within=None):
     from labkit.report.load import Report
 
     span = span_of(report, window=window, within=within)
+    if window is not None:
+        _check_overlap(report, span)
     frames = {}
     for name in _CPU_FRAMES:
         f = report._frame(name)

@@ -1,9 +1,9 @@
-"""Compare two reports: the headline first (wall and GPU time of each side's window: "B is 1.45x
-faster"), then per NVTX range (with its domain), kernel, CUDA API call and GPU memory operation,
+"""Compare two reports: the headline first (the measured runs' speed-up where a ledger has them, and the
+wall and GPU time of each side's window: "B's profiled run was 1.45x shorter than A's"), then per NVTX range (with its domain), kernel, CUDA API call and GPU memory operation,
 the counts and total times of each, and what changed (as HTA's TraceDiff or nsys's ``diff`` recipe).
 
     d = labkit.compare("before.nsys-rep", "after.nsys-rep")   # Reports or paths
-    print(d.attrs["headline"])                               # B is 1.45x faster: wall ...
+    print(d.attrs["headline"])                               # B's profiled run was 1.45x shorter ...
     d.head(10)                                               # the biggest changes first
     labkit.plot_compare("before.nsys-rep", "after.nsys-rep") # a matplotlib Figure (or plot_compare(d))
     labkit.headline([a1, a2, a3], [b1, b2, b3])              # repeats a side: with a 95 % interval
@@ -15,6 +15,7 @@ time delta, descending. (``labkit.bench.tables.compare`` is a different thing: l
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -80,7 +81,7 @@ def _mean_rows(reps: list) -> pd.DataFrame:
     return out
 
 
-def compare(a, b, *, window=None, within=None) -> pd.DataFrame:
+def compare(a, b, *, window=None, within=None, measured=None) -> pd.DataFrame:
     """What changed from report ``a`` to report ``b``.
 
     Args:
@@ -88,6 +89,9 @@ def compare(a, b, *, window=None, within=None) -> pd.DataFrame:
             (repeats of one run: rows are per-report means, the headline has an interval).
         window, within: restrict both reports first (:func:`labkit.report.window.restrict`); ``within``
             must name a range both reports hold.
+        measured: the measured runs' speed-up the headline leads with
+            (:func:`labkit.bench.measured.measured_speedup`; False: the ledgers hold none, and the
+            headline says so; None: the headline is the profiled wall time, and says so).
     Returns: one row per (kind, domain, name) present in either report, columns
         :data:`COMPARE_COLUMNS`: kind ("nvtx", "kernel", "cuda_api", "memory"), name, domain
         ('' outside NVTX), count_a/count_b (0 where absent), delta_count, total_a_ns/total_b_ns,
@@ -112,7 +116,7 @@ def compare(a, b, *, window=None, within=None) -> pd.DataFrame:
     out = out.sort_values(["_abs", "_k", "name"], ascending=[False, True, True], kind="stable", ignore_index=True)
     out = out[COMPARE_COLUMNS]
     out.attrs.update(a=", ".join(str(r.path) for r in ra), b=", ".join(str(r.path) for r in rb),
-                     headline=_headline(ra, rb, window, within))
+                     headline=_headline(ra, rb, window, within, measured))
     return out
 
 
@@ -144,6 +148,9 @@ class Headline:
     copy_a_ms: float
     copy_b_ms: float
     sentence: str
+    measured: dict | None = None
+    """The measured runs' speed-up (:class:`labkit.stats.measured.Measured` as a dict) where a ledger
+    beside the reports has a row for each; then the sentence leads with it."""
 
     def __str__(self) -> str:
         return self.sentence
@@ -200,7 +207,9 @@ def _words(name: str, r: float | None, iv, a_ms: float, b_ms: float, *, ratio: b
     return f"{name} {a_ms:,.1f} ms -> {b_ms:,.1f} ms{how}{band}"
 
 
-def _headline(ra: list, rb: list, window, within) -> Headline:
+def _headline(ra: list, rb: list, window, within, measured=None) -> Headline:
+    """``measured``: the measured runs' speed-up (:class:`labkit.bench.measured.Measured`) to lead with;
+    False where the ledgers were looked at and hold none (the sentence says so); None: not looked at."""
     ta = np.array([_window_times(r) for r in ra])
     tb = np.array([_window_times(r) for r in rb])
     sp, spi = _ratio(ta[:, 0], tb[:, 0])
@@ -209,12 +218,22 @@ def _headline(ra: list, rb: list, window, within) -> Headline:
              f"in the window {window[0] / 1e6:,.3f}-{window[1] / 1e6:,.3f} ms" if window is not None else
              "over the whole trace of each report (first to last event)")
     reps = f" (means of {len(ra)} and {len(rb)} reports)" if len(ra) > 1 or len(rb) > 1 else ""
+    runs = "runs were" if reps else "run was"
     if sp is None:
         lead = "B: no time to compare (a side's window holds no event)"
     else:
-        lead = f"B is {sp:.2f}x faster than A" if sp >= 1 else f"B is {1 / sp:.2f}x slower than A"
+        lead = (f"B's profiled {runs} {sp:.2f}x shorter than A's" if sp >= 1 else
+                f"B's profiled {runs} {1 / sp:.2f}x longer than A's")
         if spi and spi[0] <= 1 <= spi[1]:
             lead += ", within the noise of the repeats"
+        lead += " (profiled wall time; no measured runs in the ledger)" if measured is False else \
+            " (profiled wall time)"
+    if measured:
+        m = measured
+        band = f", 95 % interval {m.interval[0]:.2f}x-{m.interval[1]:.2f}x" if m.interval else ""
+        how = f"{m.speedup:.2f}x faster" if m.speedup >= 1 else f"{1 / m.speedup:.2f}x slower"
+        lead = (f"B's measured runs were {how} than A's ({m.fps_a:,.1f} -> {m.fps_b:,.1f} fps{band}; steps "
+                f"{m.step_a!r} -> {m.step_b!r} on {m.machine}, {Path(m.ledger).name}); " + lead)
     parts = [_words("wall", sp, spi, ta[:, 0].mean(), tb[:, 0].mean(), ratio=False)]
     if ta[:, 1].mean() > 0 or tb[:, 1].mean() > 0:
         parts.append(_words("GPU (SMs busy)", gsp, gi, ta[:, 1].mean(), tb[:, 1].mean()))
@@ -223,18 +242,20 @@ def _headline(ra: list, rb: list, window, within) -> Headline:
                     n_b=len(rb), where=where, wall_a_ms=float(ta[:, 0].mean()), wall_b_ms=float(tb[:, 0].mean()),
                     speedup=sp, speedup_interval=spi, gpu_a_ms=float(ta[:, 1].mean()), gpu_b_ms=float(tb[:, 1].mean()),
                     gpu_speedup=gsp, gpu_interval=gi, copy_a_ms=float(ta[:, 2].mean()),
-                    copy_b_ms=float(tb[:, 2].mean()), sentence=sentence)
+                    copy_b_ms=float(tb[:, 2].mean()), sentence=sentence,
+                    measured=asdict(measured) if measured else None)
 
 
-def headline(a, b, *, window=None, within=None) -> Headline:
-    """The headline of :func:`compare` alone: wall and GPU time of each side's window ("B is 1.45x
-    faster"), with a 95 % interval when a side holds several reports (repeats).
+def headline(a, b, *, window=None, within=None, measured=None) -> Headline:
+    """The headline of :func:`compare` alone: the measured runs' speed-up where given, and the wall
+    and GPU time of each side's window ("B's profiled run was 1.45x shorter than A's"), with a 95 %
+    interval when a side holds several reports (repeats).
 
-    Args: as :func:`compare` (a Report or path per side, or a list of them).
+    Args: as :func:`compare` (a Report or path per side, or a list of them; ``measured``).
     Returns: a :class:`Headline` (``str()``: the sentence; ``as_dict()``: its fields).
     """
     ra, rb = _restricted(_side(a), window, within), _restricted(_side(b), window, within)
-    return _headline(ra, rb, window, within)
+    return _headline(ra, rb, window, within, measured)
 
 
 def plot_compare(a, b=None, *, top: int = 15, title: str | None = None, window=None, within=None):

@@ -151,10 +151,10 @@ def peer_polls(rep) -> pd.Index:
     (:func:`_continued`: a check descheduled between two naps split them); its loops that no peer
     ended stay latency.
 
-    Both mends are for a loaded machine (busy loops beside the program on two cores): in
-    ``poll_consumer`` a check waited 2.5 ms for the GIL while the producer ended its range, and a
-    check descheduled for 0.8 ms cut a loop of 17 ms in two; each time a loop of 10-15 ms had read as
-    the consumer's latency, 5-7 % of its own time (tests/fixtures/known_loaded).
+    Both mends are for a loaded machine (busy loops beside the program on two cores): a polling
+    consumer's check waited 2.5 ms for the GIL while the producer ended its range, and a check
+    descheduled for 0.8 ms cut a loop of 17 ms in two; each time a loop of 10-15 ms had read as the
+    consumer's latency, 5-7 % of its own time.
     """
     o = blocking_osrt(rep)
     if len(o) == 0:

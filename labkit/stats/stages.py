@@ -147,7 +147,7 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
         thread was blocked inside its ranges: sleeps, waits, locks, syncs, blocking copies; :mod:`labkit.stats.blocked`),
         latency_ms (of blocked_ms, the time blocked on the outside world: sleeps, reads, polls),
         cpu_ms_per_instance, cpu_ms_per_item, gpu_ms
-        (projected: first to last GPU op launched inside each instance, summed), gpu_ms_per_item,
+        (kernel-busy: the union of the GPU ops launched inside each instance, summed), gpu_ms_per_item,
         wall_share (cpu_ms over the wall span of the ranges kept after the warm-up
         filter; above 1 when threads overlap), threads.
     """
@@ -170,7 +170,7 @@ def stage_table(rep, stages=None, *, warmup: int = 0) -> pd.DataFrame:
     proj = gpu_projection(rep)
     gpu = pd.Series(0, index=r.index, dtype="int64")
     if len(proj):
-        pj = proj.set_index("nvtx_index")["proj_duration_ns"]
+        pj = proj.set_index("nvtx_index")["proj_busy_ns"]  # the GPU busy with it, not its first-to-last span
         gpu = pj.reindex(r.index).fillna(0).astype("int64")
     r = r.assign(gpu_ns=gpu.to_numpy(), domain=domains(r), blocked_ns=blocked_in(r, blocked_intervals(rep)),
                  latency_ns=blocked_in(r, blocked_intervals(rep, kind="latency")))
@@ -282,8 +282,12 @@ def steady_window(rep, *, stage: str | None = "infer", warmup: int = 0, count: i
     repeats with the most time), and with none of those to the whole trace span. For
     ``plot_timeline(rep, window=...)`` and ``labkit.report.reader.trim_export``.
 
-    Raises: ValueError when ``stage`` ranges exist but none is past the warm-up.
+    Raises: ValueError when ``stage`` ranges exist but none is past the warm-up; ArgumentError
+        (a ValueError) for a negative or non-whole ``warmup`` or a ``count`` below 1.
     """
+    from labkit.errors import count as whole
+
+    warmup, count = whole(warmup, "warmup"), whole(count, "count", minimum=1)
     nv = rep.nvtx
     ranges = nv[nv["kind"] != "mark"] if len(nv) else nv
     if stage is None or not (ranges["name"] == stage).any():

@@ -19,6 +19,7 @@ from labkit.report.launch import call_key, launching_call
 from labkit.report.reader import PROJECTION_COLUMNS, SUMMARY_COLUMNS, _empty, _lookup, parse_ints
 from labkit.report.nvtx import range_durations
 from labkit.report.window import windowed
+from labkit.stats.lean import nsys_api_name
 
 __all__ = ["nvtx_summary", "kernel_summary", "memcpy_summary", "gpu_projection", "gpu_projection_summary",
            "cuda_api_summary", "memcpy_size_summary", "osrt_summary", "SIZE_COLUMNS"]
@@ -58,14 +59,23 @@ def nvtx_summary(rep) -> pd.DataFrame:
         df = rep._derived("nvtx_durations", lambda: range_durations(rep._db, rep._strings), "NVTX_EVENTS")
         out = _coded_nvtx_summary(df)
         if out is not None:
-            return out[["name", "domain", "style"] + SUMMARY_COLUMNS[1:]]
+            return _by_total(out[["name", "domain", "style"] + SUMMARY_COLUMNS[1:]])
     else:
         r = rep.nvtx[rep.nvtx["kind"] != "mark"]
         style = np.where(r["kind"].to_numpy() == "start_end", "StartEnd", "PushPop")
         df = pd.DataFrame({"name": r["name"].to_numpy(), "domain": r["domain"].to_numpy(), "style": style,
                            "duration_ns": r["duration_ns"].to_numpy()})
     out = _summarize(df, ["domain", "name", "style"], "duration_ns")
-    return out[["name", "domain", "style"] + SUMMARY_COLUMNS[1:]]
+    return _by_total(out[["name", "domain", "style"] + SUMMARY_COLUMNS[1:]])
+
+
+def _by_total(out: pd.DataFrame) -> pd.DataFrame:
+    """Ranges by total time, descending; equal totals by domain, name and style, so every reading of
+    an export (grouped, one pass, labkit.stats.lean) lists them in one order."""
+    if len(out) < 2:
+        return out
+    return out.sort_values(["total_ns", "domain", "name", "style"], ascending=[False, True, True, True],
+                           kind="stable", ignore_index=True)
 
 
 @windowed
@@ -223,7 +233,8 @@ def gpu_projection(rep) -> pd.DataFrame:
     are left out, as nsys does. Only ranges with at least one GPU operation are returned.
 
     Returns: name, domain, style, start_ns/end_ns/duration_ns (the CPU range),
-    proj_start_ns/proj_end_ns/proj_duration_ns (first op start to last op end), num_gpu_ops
+    proj_start_ns/proj_end_ns/proj_duration_ns (first op start to last op end, as nsys),
+    proj_busy_ns (the union of the range's GPU op intervals: the GPU busy with it), num_gpu_ops
     (distinct launching calls), tid, pid, depth, parent and nvtx_index (rows of ``nvtx``);
     sorted by projected start.
     """
@@ -254,7 +265,9 @@ def _launches(rep) -> dict[str, np.ndarray]:
     (global_tid, call start). Pure numpy: sort + reduceat + searchsorted."""
     ops = rep.gpu_arrays()
     api = rep.api_arrays()
-    empty = {c: np.empty(0, dtype=np.int64) for c in ("global_tid", "call_start", "call_end", "op_start", "op_end")}
+    empty = {c: np.empty(0, dtype=np.int64) for c in ("global_tid", "call_start", "call_end", "op_start", "op_end",
+                                                      "ops_start", "ops_end")}
+    empty["op_offset"] = np.zeros(1, dtype=np.int64)
     if len(ops["start_ns"]) == 0 or len(api["start_ns"]) == 0:
         return empty
     okey = call_key(ops["pid"], ops["correlation_id"])  # the ops of one call together
@@ -269,8 +282,45 @@ def _launches(rep) -> dict[str, np.ndarray]:
     g = api["global_tid"][rows]
     cs = api["start_ns"][rows]
     srt = np.lexsort((cs, g))
+    # every op, in the calls' order: call k's ops are ops_start/ops_end[op_offset[k]:op_offset[k + 1]]
+    group = np.flatnonzero(found)[srt]
+    sizes = np.diff(np.r_[first, len(ok)])[group]
+    offset = np.r_[0, np.cumsum(sizes)]
+    at = np.repeat(first[group] - offset[:-1], sizes) + np.arange(offset[-1])
     return {"global_tid": g[srt], "call_start": cs[srt], "call_end": api["end_ns"][rows][srt],
-            "op_start": op_s[found][srt], "op_end": op_e[found][srt]}
+            "op_start": op_s[found][srt], "op_end": op_e[found][srt],
+            "ops_start": ops["start_ns"][o][at], "ops_end": ops["end_ns"][o][at], "op_offset": offset}
+
+
+def _busy(calls: dict, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per range (its calls ``lo:hi``): the union of its GPU operations' intervals, ns: the time the
+    GPU was doing the range's work, gaps between its kernels left out (a launch-bound range's
+    first-to-last span is mostly such gaps). Segmented: sort by (range, start), running end per range."""
+    off = calls["op_offset"]
+    n = off[hi] - off[lo]
+    seg = np.repeat(np.arange(len(lo)), n)
+    idx = np.repeat(off[lo] - np.r_[0, np.cumsum(n)[:-1]], n) + np.arange(n.sum())
+    if len(idx) == 0:
+        return np.zeros(len(lo), dtype=np.int64)
+    s, e = calls["ops_start"][idx], calls["ops_end"][idx]
+    base = s.min()
+    s, e = s - base, e - base
+    order = np.lexsort((s, seg))
+    seg, s, e = seg[order], s[order], e[order]
+    big = int(e.max()) + 1
+    if big * (len(lo) + 1) >= 2 ** 62:  # the segment offset would overflow: one range at a time
+        busy = np.zeros(len(lo), dtype=np.int64)
+        for k in np.unique(seg):
+            m = seg == k
+            ends = np.maximum.accumulate(e[m])
+            prev = np.r_[-1, ends[:-1]]
+            busy[k] = int(np.maximum(0, e[m] - np.maximum(s[m], prev)).sum())
+        return busy
+    key = seg.astype(np.int64) * big
+    ends = np.maximum.accumulate(key + e)  # the running end, never carried into the next range
+    prev = np.r_[-1, ends[:-1] - key[1:]]  # before a range's first op: negative, below its start
+    part = np.maximum(0, e - np.maximum(s, prev))
+    return np.bincount(seg, weights=part, minlength=len(lo)).round().astype(np.int64)
 
 
 def _project(rep) -> pd.DataFrame:
@@ -312,26 +362,21 @@ def _project(rep) -> pd.DataFrame:
     idx[0::2], idx[1::2] = lo, hi
     p_s = np.minimum.reduceat(op_s, idx)[0::2]
     p_e = np.maximum.reduceat(op_e, idx)[0::2]
+    busy = _busy(calls, lo, hi)
     sub = nv.iloc[ridx]
     out = pd.DataFrame({
         "name": sub["name"].to_numpy(), "domain": sub["domain"].to_numpy(),
         "style": np.where(sub["kind"].to_numpy() == "start_end", "StartEnd", "PushPop").astype(object),
         "start_ns": sub["start_ns"].to_numpy(), "end_ns": sub["end_ns"].to_numpy(),
         "duration_ns": sub["duration_ns"].to_numpy(),
-        "proj_start_ns": p_s, "proj_end_ns": p_e, "proj_duration_ns": p_e - p_s, "num_gpu_ops": n_ops,
+        "proj_start_ns": p_s, "proj_end_ns": p_e, "proj_duration_ns": p_e - p_s, "proj_busy_ns": busy,
+        "num_gpu_ops": n_ops,
         "tid": sub["tid"].to_numpy(), "pid": sub["pid"].to_numpy(), "depth": sub["depth"].to_numpy(),
         "parent": sub["parent"].to_numpy(), "nvtx_index": ridx,
     })
     out = out.sort_values(["proj_start_ns", "proj_duration_ns"], ascending=[True, False], kind="stable",
                           ignore_index=True)
     return out[PROJECTION_COLUMNS]
-
-
-def nsys_api_name(name) -> str:
-    """A CUDA API name as nsys stats prints it: a 6-character ``_vNNNN`` ABI suffix cut
-    (``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``), shorter ones kept (``cuMemHostRegister_v2``)."""
-    name = name or ""
-    return name[:-6] if len(name) >= 6 and name[-6:-4] == "_v" else name
 
 
 @windowed

@@ -72,11 +72,8 @@ def scene_video(*, seed: int, seconds: float, workdir: str | os.PathLike) -> Pat
     folder = Path(workdir)
     folder.mkdir(parents=True, exist_ok=True)
     video = folder / f"scene_seed{seed}_{seconds:g}s.mp4"
-    if not video.exists():
-        tmp = folder / f".{video.stem}.{os.getpid()}.mp4"
-        written, gt = make_video(tmp, seconds=seconds, config=SceneConfig(seed=seed))
-        os.replace(gt, folder / f"{video.stem}.gt.csv")
-        os.replace(written, video)
+    if not video.exists():  # make_video writes under a temporary name and renames, ground truth first
+        make_video(video, seconds=seconds, config=SceneConfig(seed=seed))
     return video
 
 

@@ -55,6 +55,16 @@ def check_ort_tensorrt(ort_version: str, trt_version: str | None) -> None:
             f"pip install 'onnxruntime-gpu>={need}', or pip install 'tensorrt>=10,<11'")
 
 
+def ort_tensorrt_cache(cache_dir: Path, *, gpu: str, ort_version: str, trt_version: str | None) -> Path:
+    """The folder of ONNX Runtime's TensorRT engine cache for this GPU and these versions: an engine
+    is specific to the GPU and the TensorRT that built it, and ORT's provider would load one built on
+    another box sharing the cache (a class's shared folder, a state carried between machines)."""
+    def part(text) -> str:
+        return "".join(c if c.isalnum() or c == "." else "_" for c in str(text)).strip("_")
+
+    return cache_dir / "ort_tensorrt" / f"{part(gpu)}-ort{part(ort_version)}-trt{part(trt_version or 'none')}"
+
+
 def ort_providers(device: torch.device, precision: str, *, batch_size: int, input_hw: Sequence[int],
                   cache_dir: Path, stream=None, tf32: bool | None = None) -> list:
     """Execution providers by availability: CPU; CUDA on ``stream``; TensorRT first for INT8 on the GPU."""
@@ -82,7 +92,10 @@ def ort_providers(device: torch.device, precision: str, *, batch_size: int, inpu
         shape = lambda n: f"{INPUT_NAME}:{n}x3x{h}x{w}"  # noqa: E731
         trt_opts = {
             "device_id": dev_id, "trt_int8_enable": True, "trt_fp16_enable": True,
-            "trt_engine_cache_enable": True, "trt_engine_cache_path": str(cache_dir / "ort_tensorrt"),
+            "trt_engine_cache_enable": True,
+            "trt_engine_cache_path": str(ort_tensorrt_cache(cache_dir, gpu=torch.cuda.get_device_name(device),
+                                                            ort_version=ort.__version__,
+                                                            trt_version=installed_tensorrt_version())),
             # An explicit batch profile, so a partial last batch does not rebuild the engine mid-run.
             "trt_profile_min_shapes": shape(1), "trt_profile_opt_shapes": shape(batch_size),
             "trt_profile_max_shapes": shape(batch_size),

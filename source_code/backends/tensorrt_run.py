@@ -63,6 +63,11 @@ class TensorRTBackend(Backend):
         return tuple(outs)
 
     def close(self) -> None:
+        """Wait for the work enqueued on the engine's stream, then drop the context, the engine and
+        the runtime, in that order: a context destroyed while its enqueued work still runs frees
+        memory the GPU is using (TensorRT's developer guide: synchronize before destroying)."""
+        if getattr(self, "context", None) is not None and getattr(self, "stream", None) is not None:
+            self.stream.synchronize()
         self.context = None
         self.engine = None
         self._runtime = None

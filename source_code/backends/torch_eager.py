@@ -29,8 +29,9 @@ class TorchBackend(Backend):
         self.model = m
         self._forward: Callable = m
         self.compiled = compile
-        self.prepared: tuple[int, ...] = ()  # batch sizes compiled (or captured) before the first frame
+        self.prepared: tuple[int, ...] = ()  # batch sizes compiled (or warmed) before the first frame
         self.eager_calls = 0  # calls at a size not prepared: run eagerly, never compiled inside the run
+        self.note: str | None = None  # what the run should be told of how it runs (the compile cap)
         parts = ["torch", precision] + (["channels_last"] if channels_last else []) + (["compile"] if compile else [])
         self.name = "-".join(parts)
         if compile:
@@ -41,11 +42,25 @@ class TorchBackend(Backend):
             self._forward = torch.compile(m, dynamic=False)
             from labkit import annotate
 
+            sizes = warm_sizes(batch_size, batch_sizes)
+            limit = recompile_limit()
+            # dynamo compiles a function at most `limit` times, then runs it eagerly without a word:
+            # the largest sizes (the full batch first) are compiled, the rest run eagerly, said here
+            self.prepared = sizes[:limit]
+            if len(sizes) > limit:
+                rest = ", ".join(map(str, sizes[limit:]))
+                self.note = (f"torch.compile: {limit} of {len(sizes)} batch sizes compiled (dynamo's recompile limit, "
+                             f"torch._dynamo.config); batches of {rest} run eagerly")
             with annotate.range("torch_compile"):
-                for n in warm_sizes(batch_size, batch_sizes):
+                for n in self.prepared:
                     self.warm_up(n)
-            self.prepared = warm_sizes(batch_size, batch_sizes)
             stop_compile_workers()
+        else:
+            # eager too: the first call at a shape picks its kernels (cuDNN's heuristics, oneDNN's
+            # primitives) and grows the allocator, which must not land in the timed frames
+            self.prepared = warm_sizes(batch_size, batch_sizes)
+            for n in self.prepared:
+                self.warm_up(n)
 
     def example(self, n: int) -> torch.Tensor:
         """A zero batch of ``n`` frames as the pipeline delivers it: float32, contiguous NCHW."""
@@ -75,6 +90,14 @@ class TorchBackend(Backend):
     def close(self) -> None:
         self.model = None
         self._forward = None
+
+
+def recompile_limit() -> int:
+    """How many graphs dynamo compiles for one function before it falls back to eager
+    (``torch._dynamo.config.recompile_limit``; ``cache_size_limit`` before torch 2.6)."""
+    import torch._dynamo.config as dynamo
+
+    return int(getattr(dynamo, "recompile_limit", None) or getattr(dynamo, "cache_size_limit", 8))
 
 
 def stop_compile_workers() -> None:
