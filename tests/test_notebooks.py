@@ -56,13 +56,15 @@ def _what_ran(reports: Path) -> str:
 
 @pytest.mark.nsys
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # above the run's own limit: 738 s in CI alone in round 4; beside another suite it passed the global 1,200 s
+@pytest.mark.timeout(3300)  # above the run's own limit. The lab took 738 s alone in CI in round 4 and 1,061-1,161 s
+# beside the other test worker on the VM in round 5, but one fresh VM of 2026-12-02 was still in notebook 06
+# at 1,700 s (01-05 took 1,640 s): a limit is a guard against a hang, not a speed target
 def test_whole_lab_runs_headless_in_small_mode(tmp_path):
     """`make lab MODE=small` in one go: every notebook, in order, with no error."""
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_lab.py"), "--mode", "small"],
                          cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "LABKIT_MODE": "small", "LABKIT_REPORTS": str(tmp_path / "reports"),
-                              "LABKIT_STRICT": "1"}, timeout=1700)
+                              "LABKIT_STRICT": "1"}, timeout=3000)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:] + _what_ran(tmp_path / "reports")
     executed = sorted(p.name for p in (tmp_path / "reports" / "notebooks").glob("*.ipynb"))  # under LABKIT_REPORTS
     assert executed == [b.name for b in BOOKS]
