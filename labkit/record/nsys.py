@@ -136,7 +136,6 @@ def start_race(output: str) -> bool:
         "GetLocalEndpoint" in output and "Local Endpoint is not available" in output)
 
 
-
 def start_again(attempt: int, say, what: str = "its program") -> bool:
     """After start ``attempt`` (0-based) ended in :func:`start_race`: whether to start nsys again (a
     start is left of ``START_TRIES``); if so, says it through ``say`` (one line) and waits a little
@@ -148,6 +147,7 @@ def start_again(attempt: int, say, what: str = "its program") -> bool:
         f"started again ({attempt + 2} of {START_TRIES})")
     time.sleep(0.5 * (attempt + 1))
     return True
+
 
 _ESCAPED = "LABKIT_ESCAPED_ARGS"
 _WRAPPER = ('umask 022; i=0; n=$#; for a do i=$((i+1)); case " $LABKIT_ESCAPED_ARGS " in *" $i "*) '
