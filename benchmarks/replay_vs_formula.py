@@ -17,24 +17,17 @@ does (tests/known_answers.py: profile, measure; about 20 s each on the 2-core VM
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the known-answer harness, tests/known_answers.py, imported by its name
+import known_answers as ka  # noqa: E402
 FIXTURES = ROOT / "tests" / "fixtures"
 FED_POOL_CI_MEASURED = 1.954
 """fed_pool's fix as measured in the CI run that profiled known_paths/fed_pool.ci.nsys2022.4.sqlite
 (tests/fixtures/README.md, known_paths/); its noise was not kept."""
-
-
-def _harness():
-    spec = importlib.util.spec_from_file_location("known_answers", ROOT / "tests" / "known_answers.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["known_answers"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def recorded() -> list[dict]:
@@ -98,7 +91,6 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="plain runs of each variant (--live)")
     ap.add_argument("--out", default="reports/replay-vs-formula", help="where --live keeps its profiles")
     args = ap.parse_args(argv)
-    ka = _harness()
     rows = [row(ka, r) for r in recorded()]
     live = ka.CPU_PROGRAMS if args.live == "all" else [n for n in args.live.split(",") if n]
     for name in live:

@@ -27,7 +27,7 @@ def _bench():
 
 
 BENCH = _bench()
-KA = BENCH._harness()
+KA = BENCH.ka
 
 EVERY_FIXTURE = sorted(str(p.relative_to(FIX)) for p in FIX.rglob("*.sqlite"))
 """Every recorded export here (about 50, nsys 2020.5 to 2026.1): queues, pools, polling loops on a loaded
