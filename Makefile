@@ -74,7 +74,8 @@ lab: setup-lab $(STAMP)
 	"$$PY" scripts/run_lab.py --mode "$$MODE"
 
 # Two phases (tests/conftest.py marks which): most tests, the lab's long runs too, run on every core at
-# once (pytest-xdist, JOBS= workers, default the machine's cores, one file per worker); then those whose
+# once (pytest-xdist, JOBS= workers, default the machine's cores, one file per worker, the longest files first:
+# their tests' `minutes` markers, tests/conftest.py); then those whose
 # assertions depend on how fast things ran beside each other (profiled programs and their judgement,
 # compared measurements, ranks, Dask, the browser, kills and interrupts of nsys) run one at a time. PYTEST_ARGS= goes to both (e.g. -k NAME), split
 # as a shell would split it, by pytest itself (PYTEST_ADDOPTS), never run as code.
@@ -82,7 +83,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 export JOBS
 test: setup-test $(STAMP)
 	@set +e; export PYTEST_ADDOPTS="$$PYTEST_ARGS $${PYTEST_ADDOPTS:-}"; t=$$(date +%s); \
-	"$$PY" -m pytest -q -rs --durations=10 -m "not serial" -n "$$JOBS" --dist loadfile; a=$$?; \
+	"$$PY" -m pytest -q -rs --durations=10 -m "not serial" -n "$$JOBS" --dist loadfile --no-loadscope-reorder; a=$$?; \
 	echo "make test: the parallel phase took $$(( $$(date +%s) - t )) s"; t=$$(date +%s); \
 	"$$PY" -m pytest -q -rs --durations=15 -m serial; b=$$?; \
 	echo "make test: the serial phase took $$(( $$(date +%s) - t )) s"; \

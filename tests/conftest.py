@@ -73,11 +73,29 @@ def _needs_the_machine_alone(item, seen: dict) -> bool:
     return seen[path]
 
 
+def _longest_first(items) -> None:
+    """Order the files longest first, in place (the parallel phase's workers take whole files in this
+    order: ``make test`` passes ``--no-loadscope-reorder``): a file's weight is the sum of its tests'
+    ``minutes`` markers, so that the hour-long files start at once instead of ending the phase alone
+    on one worker while the other waits (longest processing time first); then, as pytest-xdist's own
+    order, files with more tests first. The tests within a file keep their order."""
+    weight: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for item in items:
+        path = str(item.fspath)
+        mark = item.get_closest_marker("minutes")
+        weight[path] = weight.get(path, 0.0) + (float(mark.args[0]) if mark else 0.0)
+        count[path] = count.get(path, 0) + 1
+    items.sort(key=lambda it: (-weight[str(it.fspath)], -count[str(it.fspath)], str(it.fspath)))
+
+
 def pytest_collection_modifyitems(config, items):
     seen: dict[str, bool] = {}
     for item in items:
         if _needs_the_machine_alone(item, seen):
             item.add_marker(pytest.mark.serial)
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the order its scheduler hands files out in
+        _longest_first(items)
     reasons = {"nsys": _nsys_reason, "gpu": _gpu_reason, "tensorrt": _tensorrt_reason}
     cache: dict[str, str | None] = {}
     for item in items:

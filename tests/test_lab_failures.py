@@ -57,6 +57,7 @@ def test_the_decode_ceiling_is_measured_once_per_machine_and_mode(led, monkeypat
     assert labbook.runs.decode_ceiling("small") is None and len(led.rows()) == 1
 
 
+@pytest.mark.minutes(4)
 @pytest.mark.nsys
 @pytest.mark.slow
 def test_05_goes_on_to_its_end_when_its_int8_step_fails(tmp_path, mount):

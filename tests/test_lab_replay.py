@@ -62,6 +62,7 @@ def recorded(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / name).read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.minutes(2)
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["h200", "cpu"])
 def test_a_replay_executes_every_notebook_clean_and_runs_nothing(which, request):

@@ -54,6 +54,7 @@ def _what_ran(reports: Path) -> str:
     return "".join(logs) + "\n--- printed by the last notebook:\n" + "\n".join(printed)[-3000:]
 
 
+@pytest.mark.minutes(30)
 @pytest.mark.nsys
 @pytest.mark.slow
 @pytest.mark.timeout(3300)  # above the run's own limit. The lab took 738 s alone in CI in round 4 and 1,061-1,161 s

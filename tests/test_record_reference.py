@@ -34,6 +34,7 @@ def _ledger(out: Path, tmp: Path, machine: str) -> list[dict]:
     return list(Ledger(tmp / machine / "ledger.jsonl").rows())
 
 
+@pytest.mark.minutes(5)
 @pytest.mark.nsys
 @pytest.mark.slow
 def test_two_budgeted_calls_resume_and_complete_the_reference(tmp_path):
@@ -126,6 +127,7 @@ def test_unknown_step_and_missing_out_are_one_line(tmp_path):
     assert res.returncode == 1 and "no state.tgz" in res.stderr
 
 
+@pytest.mark.minutes(7)
 @pytest.mark.nsys
 @pytest.mark.slow
 def test_the_plan_goes_on_to_06_and_08_resolving_each_step_when_its_turn_comes(tmp_path):

@@ -82,3 +82,31 @@ def test_the_summary_counts_what_each_missing_part_skipped(tmp_path):
     assert "2 tests skipped for want of nsys (get it: scripts/install-nsys)" in out, out
     assert "1 test skipped for want of the browser (get it: apt-get install chromium chromium-driver)" in out
     assert "1 test skipped for other reasons (pytest -rs lists them)" in out
+
+
+def test_the_parallel_phase_hands_out_the_longest_file_first(tmp_path):
+    """make test's parallel phase (pytest-xdist, one file per worker) starts the file whose tests carry
+    the most ``minutes`` first, so an hour-long test does not end the phase alone; without
+    ``--no-loadscope-reorder`` (which make test passes) xdist would order files by their test count."""
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    started = tmp_path / "started.txt"
+    body = ("import time, pytest\n"
+            "def _start(name):\n"
+            f"    with open({str(started)!r}, 'a') as f: f.write(name + '\\n')\n"
+            "    time.sleep(0.3)\n")
+    (tmp_path / "test_many.py").write_text(body + "".join(f"def test_m{i}(): _start('many')\n" for i in range(5)))
+    (tmp_path / "test_few.py").write_text(body + "def test_f0(): _start('few')\ndef test_f1(): _start('few')\n")
+    (tmp_path / "test_long.py").write_text(body + "@pytest.mark.minutes(30)\ndef test_l(): _start('long')\n")
+
+    def order(*extra: str) -> list[str]:
+        started.write_text("")
+        res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore",
+                              "-n", "2", "--dist", "loadfile", *extra, str(tmp_path)],
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        return list(dict.fromkeys(started.read_text().split()))  # the files in the order they started
+
+    assert "--no-loadscope-reorder" in (ROOT / "Makefile").read_text()
+    ours = order("--no-loadscope-reorder")
+    assert ours.index("long") < ours.index("few"), ours
+    assert order()[-1] == "long"  # xdist's own order: most tests first
