@@ -12,6 +12,7 @@ Run it on a quiet machine: the ratios of whole processes move with the load.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -46,6 +47,9 @@ def main() -> int:
     ap.add_argument("--commands", default=",".join(COMMANDS))
     args = ap.parse_args()
     reports = args.reports or sorted(FIX.glob("*.sqlite")) + sorted((FIX / "real").glob("*.sqlite"))
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):  # as on the VM: each start compiles labkit's modules again
+        print("# PYTHONDONTWRITEBYTECODE is set: every labkit process compiles its modules from source (about "
+              "30 ms more a start than where Python caches them); unset it for a user's machine's figures")
     nsys = shutil.which("nsys")
     worst: dict[str, tuple[int, float]] = {}
     for rep in reports:

@@ -7,7 +7,7 @@ and ``import labkit.annotate`` stay light.
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence  # not typing: 5 ms of every command's start
 
 
 def exports(package: str, table: Mapping[str, Sequence[str]], modules: Mapping[str, str] | None = None
