@@ -70,14 +70,15 @@ setup-lab:
 setup-test:
 	@bash scripts/setup test
 
+# lab and test byte-compile the project first (a second or less; nothing when up to date): where
+# PYTHONDONTWRITEBYTECODE is set, as in many containers and on our VMs, Python would otherwise compile
+# labkit's modules again in every process the lab and the tests start (about 30 ms a command, about 0.2 s
+# a kernel that imports labbook); a checkout it cannot write is left as it is. The line is written in
+# both recipes, not as a make variable: a variable given on make's command line would become code there.
 lab: setup-lab $(STAMP)
 	@"$$PY" -m compileall -qq labkit labbook source_code || true
 	"$$PY" scripts/run_lab.py --mode "$$MODE"
 
-# Both byte-compile the project first (a second or less; nothing when up to date): where
-# PYTHONDONTWRITEBYTECODE is set, as in many containers and on our VMs, Python would otherwise compile
-# labkit's modules again in every process the lab and the tests start (about 30 ms a command, 0.2-0.7 s a
-# kernel that imports labbook); a checkout it cannot write is left as it is.
 # Two phases (tests/conftest.py marks which): most tests, the lab's long runs too, run on every core at
 # once (pytest-xdist, JOBS= workers, default the machine's cores, one file per worker, the longest files first:
 # their tests' `minutes` markers, tests/conftest.py); then those whose
