@@ -227,6 +227,8 @@ def cli_kernels(argv: list[str]) -> int:
     p.add_argument("--by-call", action="store_true", help="latency: split by process, thread, device and "
                                                           "launching call, as nsys's kernexecsum")
     p.add_argument("--by-memory", action="store_true", help="bandwidth: split by source and destination memory")
+    p.add_argument("--ns", action="store_true", help="text tables: times in ns (default: ms, the unit in each "
+                                                     "header, as summary prints them; --json and --csv keep ns)")
     _span_options(p)
     _out_format(p)
     args = p.parse_args(argv)

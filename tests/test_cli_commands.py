@@ -71,6 +71,28 @@ def test_whole_keeps_the_whole_trace_where_the_default_leaves_start_up_out():
     assert note == labkit.advise(rep, steady=False).attrs["note"] and "whole trace" in note
 
 
+def test_kernels_text_is_in_ms_with_the_unit_in_the_header_unless_ns():
+    """The text tables show ms to the microsecond under ``*_ms`` names, as summary does; ``--ns`` gives
+    the API's nanoseconds and names; both are the same figures."""
+    rep = labkit.load_report(GPUTEST)
+    want = labkit.kernel_percentiles(rep).set_index("name")
+
+    def table(*extra):
+        lines = _ok("kernels", GPUTEST, "--what", "percentiles", "--wide", *extra).splitlines()
+        head = lines[0].split()
+        return head, {ln.rsplit(None, len(head) - 1)[0]: dict(zip(head[1:], ln.rsplit(None, len(head) - 1)[1:]))
+                      for ln in lines[1:]}
+
+    head, ms = table()
+    assert "total_ms" in head and "p90_ms" in head and not [h for h in head if h.endswith("_ns")]
+    ns_head, ns = table("--ns")
+    assert "total_ns" in ns_head and not [h for h in ns_head if h.endswith("_ms")]
+    assert ms.keys() == ns.keys() == set(want.index) and len(want) > 1
+    for name, r in ms.items():
+        assert float(r["total_ms"]) == pytest.approx(want.at[name, "total_ns"] / 1e6, abs=5e-4)
+        assert int(ns[name]["total_ns"]) == want.at[name, "total_ns"]
+
+
 def test_window_in_ms_and_within_reach_the_api():
     rep = labkit.load_report(GPUTEST)
     batch = rep.nvtx[rep.nvtx["name"] == "batch"].sort_values("start_ns")

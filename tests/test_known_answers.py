@@ -484,9 +484,9 @@ def test_the_overlap_estimate_says_what_the_gil_leaves_of_it(tmp_path):
     on a pool's process for longer than the moved stage works: the moved work fits in that wait, so
     the GIL leaves the whole estimate."""
     def figures(name):
-        # as the pool's worker was profiled when this estimate was made: not followed (labkit follows
-        # forks now, and with the worker's own ranges in the trace no serial_stages finding is made for
-        # map_then_reduce; what the GIL leaves of an estimate is what this test holds)
+        # the pool's worker not followed (labkit follows forks now, and the worker, traced, is the
+        # thread with the most own time: the finding is then made on the main thread, whose stages
+        # hold the window; what the GIL leaves of an estimate is what this test holds)
         a = ka.judge(name, ka.profile(name, tmp_path / name, follow_forks=False))["advice"]
         r = a[a["rule"] == "serial_stages"].iloc[0]
         turns = re.search(r"the gain would be ([0-9.]+)x", r["assumptions"])

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from labkit.judge.evidence import UNDERFILL, Evidence, row
-from labkit.judge.rules import BATCH_TO, MODEL, STAGE_TIMES, _limiting, _setup_ranges
+from labkit.judge.call_cost import setup_ranges
+from labkit.judge.rules import BATCH_TO, MODEL, STAGE_TIMES, _limiting
 from labkit.stats import stages
 
 
@@ -23,7 +24,7 @@ def per_call(ev: Evidence) -> list[dict]:
         return []
     m, t, _ = lim
     tid = int(t["tid"])
-    r, parents = _setup_ranges(ev, tid)
+    r, parents = setup_ranges(ev, tid)
     if len(r) < 2:
         return []
     items = stages._items_per_range(nv)[parents.index.to_numpy()]

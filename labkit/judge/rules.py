@@ -11,6 +11,7 @@ from __future__ import annotations
 from labkit.report.reader import pid_of
 from labkit.stats import stages
 from labkit.stats.calls import osrt_traced
+from labkit.judge.call_cost import is_setup, skipped
 from labkit.judge.whatif import IN_FLIGHT
 from labkit.judge.evidence import CHAIN_THREADS, DOMINANT_SHARE, MIN_GAIN, ONE_AT_A_TIME, TURNS_SHARE, Evidence, row
 
@@ -33,9 +34,6 @@ MODEL = ("every other thread and engine keeps its measured time, and the threads
 BOUND_MODEL = ("every other thread and engine keeps its measured time (measured under the run's own contention for "
                "cores), and the threads' CPU time shares the cores the profiled run had; " + HELPERS + "; " + POOLS)
 """The model's assumptions said with a bound: the same as :data:`MODEL`'s, without calling it an estimate."""
-SETUP_WORDS = ("setup", "launch", "overhead", "prepare", "init", "alloc")
-"""A range nested in each call of a stage whose name holds one of these is that call's fixed cost:
-batching pays it once per batch instead of once per call."""
 BALANCED = 1.10
 """Threads whose own times are within 10 % of each other are balanced: no stage finding is made on the
 limiting one. Own times are measured under the run's contention: three threads given 20 ms a step
@@ -52,12 +50,12 @@ program (a report whose one 'step' range spans the run: a 265x "bound" on making
 cheaper) and no stage lever is news; where the next limit is the GPU's, the GPU rules speak. A loader
 process working two thirds of the time the lone stage takes is such a limit: the stage is a finding,
 bounded by the loader."""
+HOLDS_WINDOW = 0.8
+"""A thread whose stages, one after another, hold at least this share of the window (their own time
+and their waits on peers) is the run's sequence even where another thread has more own time: the
+serial-stages finding speaks of it (:func:`_holder`). Below it the thread also idles between its
+stages, and the gaps, not its stages' order, are what its trace shows."""
 BATCH_TO = 16  # the batch size the batching estimate assumes where the calls carry fewer items
-
-
-def _is_setup(name) -> bool:
-    n = str(name).lower()
-    return any(w in n for w in SETUP_WORDS)
 
 
 def _limiting(ev: Evidence):
@@ -104,12 +102,44 @@ def _given(ev: Evidence, stage: str) -> bool:
     return stage in ev.removable or (ev.skip_given and (not ev.skip_with or stage in ev.skip_with))
 
 
+def _holder(m, lim) -> tuple[dict, float] | None:
+    """The thread, other than the limiting one's pool, whose stages hold at least :data:`HOLDS_WINDOW`
+    of the window, own time and waits on peers together, with that share: the thread the run goes
+    through one stage after another while the limiting thread works for one of them (a pool's worker
+    process inside its caller's 'map', the caller reducing while the worker idles). None where
+    there is none."""
+    span = (m.window[1] - m.window[0]) / 1e6
+    st = m.stages
+    if span <= 0 or st.empty:
+        return None
+    holds = (st["own_ms"] + st["wait_ms"]).groupby(st["tid"]).sum()
+    holds = holds[~holds.index.isin(m.pool_of(int(lim["tid"])))]
+    if not len(holds) or float(holds.max()) < HOLDS_WINDOW * span:
+        return None
+    tid = int(holds.idxmax())
+    t = m.threads.set_index("tid").loc[tid]
+    return dict(t, tid=tid), float(holds.max()) / span
+
+
 def serial(ev: Evidence) -> list[dict]:
-    """Several stages one after another on the limiting thread: give each its own thread."""
+    """Several stages one after another on the limiting thread, or on the thread whose stages hold
+    the window while the limiting one works for one of them (:func:`_holder`): give each its own
+    thread."""
     lim = _limiting(ev)
     if lim is None:
         return []
     m, t, _ = lim
+    out = _serial_on(m, t, f"{t['thread']}, the thread with the most own time ({t['own_ms']:.0f} ms, waits on "
+                           "other threads left out)")
+    if not out and (h := _holder(m, t)) is not None:
+        h, share = h
+        out = _serial_on(m, h, f"{h['thread']}, whose stages hold {share:.0%} of the window while {t['thread']}, "
+                               f"the thread with the most own time ({t['own_ms']:.0f} ms), works for one of them")
+    return out
+
+
+def _serial_on(m, t, who: str) -> list[dict]:
+    """serial's finding on thread ``t`` (its row; ``who``: the words that name it), or none."""
     tid = int(t["tid"])
     # a stage holds the thread for its own time and for its waits on other threads or processes (a
     # pool's map, a request to a worker): the one that holds it longest stays, the others move, and
@@ -132,10 +162,9 @@ def serial(ev: Evidence) -> list[dict]:
     stage = str(moved.iloc[0]["stage"])
     waits = (f" ({keep['own_ms']:.0f} ms of work and {keep['wait_ms']:.0f} ms waiting on other threads or "
              "processes, in which the moved stages then run)" if keep["wait_ms"] > keep["own_ms"] else "")
-    text = (f"{len(seq)} stages ({', '.join(seq['stage'].astype(str))}) run one after another on {t['thread']}, the "
-            f"thread with the most own time ({t['own_ms']:.0f} ms, waits on other threads left out); the one that "
-            f"holds it longest, '{keep['stage']}', holds it {keep['holds_ms']:.0f} ms{waits}, so with each of the "
-            f"others on its own thread that thread works {t['own_ms'] - moved['own_ms'].sum():.0f} ms")
+    text = (f"{len(seq)} stages ({', '.join(seq['stage'].astype(str))}) run one after another on {who}; the one "
+            f"that holds it longest, '{keep['stage']}', holds it {keep['holds_ms']:.0f} ms{waits}, so with each of "
+            f"the others on its own thread that thread works {t['own_ms'] - moved['own_ms'].sum():.0f} ms")
     return [dict(row("serial_stages", "The stages run one after another on one thread", text, "overlap_stages", p,
                      "estimate", f"each stage keeps its time on its own thread, queues between them, and the threads "
                      "work at once (threads of one Python process take turns on its GIL in Python code: if all the "
@@ -197,7 +226,7 @@ def on_path(ev: Evidence) -> list[dict]:
     out = []
     for top in ps[ps["path_ms"] >= PATH_SHARE * span].itertuples():
         stage, on, n, turns = str(top.stage), float(top.path_ms), int(top.threads), int(top.turns)
-        if stage in theirs or _is_setup(stage) or _given(ev, stage):
+        if stage in theirs or is_setup(stage) or _given(ev, stage):
             continue
         gone = m.stages[m.stages["stage"] == stage].groupby("tid")["own_ms"].sum().to_dict()
         if not sum(gone.values()):  # not a stage (an envelope such as a loop's iteration), or no own time
@@ -232,7 +261,7 @@ def taking_turns(ev: Evidence) -> list[dict]:
         return []
     top = ps.iloc[0]
     stage, on_path, n = str(top["stage"]), float(top["path_ms"]), int(top["turns"])
-    if n < 2 or on_path < DOMINANT_SHARE * span or _is_setup(stage):
+    if n < 2 or on_path < DOMINANT_SHARE * span or is_setup(stage):
         return []
     held = f"'{stage}', run by {n} threads in turn, holds {on_path:.0f} ms of the {span:.0f} ms critical path"
     p = m.without_turns()  # the way out of the turns: let the threads run the stage at once
@@ -342,7 +371,7 @@ def dominant(ev: Evidence) -> list[dict]:
     top = st.iloc[0]
     stage, ms = str(top["stage"]), float(top["own_ms"])
     share = ms / float(t["own_ms"])
-    if share < DOMINANT_SHARE or _is_setup(stage):
+    if share < DOMINANT_SHARE or is_setup(stage):
         return []
     text = (f"'{stage}' is {ms:.0f} ms of the {t['own_ms']:.0f} ms of own time of {t['thread']}, the thread with "
             f"the most ({share:.0%}), in {ev.wall_ms:.0f} ms" +
@@ -359,7 +388,7 @@ def dominant(ev: Evidence) -> list[dict]:
                             stage), touch_ms=ms, helpers_ms=m.helped({tid: ms}, [stage])))
     group = ([stage] + [g for g in ev.skip_with if g != stage]) if stage in ev.skip_with else [stage]
     k = ev.skip_every
-    removed, how, said = _skipped(ev, group, k)
+    removed, how, said = skipped(ev, group, k)
     out.append(dict(row("skip_work", f"Stage '{stage}' could run on fewer items", text + f"; run on 1 item in {k}, "
                         f"{said}", "skip_work", m.speedup(removed, stages=group), "estimate",
                         f"the stages {', '.join(group)} run on 1 item in {k} (K={k}); {how}; {MODEL}", stage),
@@ -371,8 +400,10 @@ def outside_ranges(ev: Evidence) -> list[dict]:
     """The limiting thread's own time lies mostly outside its ranges, CUDA calls and waits, where nsys
     traced nothing (the accounting's ``untraced_ms``): work nobody annotated (a thread without ranges,
     preprocessing between the ranges). No stage names it, so this finding does; its bound is that time
-    costing nothing. Only where the OS runtime was traced (:func:`labkit.stats.calls.osrt_traced`):
-    without, that time may be any wait."""
+    costing nothing. A thread without ranges whose time lies inside another thread's stage while that
+    thread waits on it (:meth:`~labkit.judge.whatif.WhatIf.served`: a pool's worker process inside its
+    caller's 'map') works for that stage, and the finding names it. Only where the OS runtime was
+    traced (:func:`labkit.stats.calls.osrt_traced`): without, that time may be any wait."""
     lim = _limiting(ev)
     if lim is None or not osrt_traced(ev.rep):
         return []
@@ -387,81 +418,21 @@ def outside_ranges(ev: Evidence) -> list[dict]:
     st = m.stages_of(tid)
     where = ("it has no ranges" if st.empty else
              f"its ranges ({', '.join(st['stage'].astype(str))}) hold {float(st['own_ms'].sum()):.0f} ms of it")
+    # a thread without ranges whose work lies inside another thread's stage (a pool's worker process
+    # inside its caller's 'map'): that stage is what the work is for, and what the finding names
+    serves = m.served(tid, DOMINANT_SHARE * ms) if st.empty else None
+    stage, names = None, ""
+    if serves is not None:
+        stage, owner = serves[0], m.threads.set_index("tid")["thread"].get(serves[1], "another thread")
+        names = f"; {serves[2]:.0f} ms of it lies inside the '{stage}' ranges of {owner}: the work '{stage}' stands for"
     text = (f"{ms:.0f} ms of the {own:.0f} ms of own time of {t['thread']}, the thread with the most, in "
             f"{ev.wall_ms:.0f} ms, lies outside its ranges, CUDA calls and waits, where nsys traced nothing "
-            f"({where}): work nobody annotated, or waits nsys does not trace; annotate it (labkit.annotate.range) "
-            "to see which work it is, or profile with context switches to tell its work from its waits")
+            f"({where}{names}): work nobody annotated, or waits nsys does not trace; annotate it "
+            "(labkit.annotate.range) to see which work it is, or profile with context switches to tell its work "
+            "from its waits")
     return [dict(row("outside_ranges", "The limiting thread's time is outside its ranges", text, "cheaper_stage",
-                     m.speedup({tid: ms}), "bound", f"the untraced time costs nothing; {BOUND_MODEL}", None),
+                     m.speedup({tid: ms}), "bound", f"the untraced time costs nothing; {BOUND_MODEL}", stage),
                  touch_ms=ms)]
-
-
-def _skipped(ev: Evidence, group, k: int) -> tuple[dict, str, str]:
-    """({tid: ms removed}, the assumption, the evidence's words) when the stages of ``group`` run on
-    1 item in ``k``.
-
-    A stage's fixed cost per call is the caller's fit (``advise(call_cost=)``) or else the mean of
-    the set-up ranges nested in its calls (:func:`_setup_ms`). Without one, a stage's time scales
-    with its items: 1/k of it stays. With one, the calls keep their batches of consecutive items
-    (as a stream muxer forms them), so a call still runs while its batch holds an item to run: of
-    calls of b items, min(1, b/k) stay (every window of b consecutive items holds a k-th one when
-    k <= b; when k > b no batch holds two). Those calls pay the fixed cost; each item run keeps
-    its time.
-    """
-    st = ev.model.stages
-    removed: dict = {}
-    kept_calls = []
-    for stage in group:
-        own = st[st["stage"] == stage].groupby("tid")["own_ms"].sum()
-        total = float(own.sum())
-        if total <= 0:
-            continue
-        t = ev.table[ev.table["stage"] == stage] if not ev.table.empty else ev.table
-        fixed, whose = float(ev.call_cost.get(stage) or 0), "the caller's fit"
-        if not fixed > 0:
-            fixed, whose = _setup_ms(ev, stage) or 0.0, "its nested set-up ranges"
-        calls, items = (int(t["instances"].sum()), float(t["items"].sum())) if len(t) else (0, 0.0)
-        if fixed > 0 and calls and items > 0:
-            b = items / calls
-            keep = min(1.0, b / k)
-            fixed_ms = min(fixed * calls, total)
-            after = fixed_ms * keep + (total - fixed_ms) / k
-            kept_calls.append(f"'{stage}' {keep:.0%} of its calls of {b:.3g} items, {fixed:.1f} ms each ({whose})")
-        else:
-            after = total / k
-        for tid, ms in (own / total * (total - after)).items():
-            removed[tid] = removed.get(tid, 0.0) + float(ms)
-    if kept_calls:
-        how = ("calls keep their batches of consecutive items, so a call still runs while its batch holds an item to "
-               "run, paying a fixed cost per call (" + "; ".join(kept_calls) + "), and each item run keeps its "
-               "measured time")
-        said = f"{', '.join(group)} would keep the fixed cost of the calls still made and 1/{k} of their items' time"
-    else:
-        how = "each stage keeps its measured time per item (no fixed cost per call was given: a call costs its items)"
-        said = f"{', '.join(group)} would take 1/{k} of their time"
-    return removed, how, said
-
-
-def _setup_ranges(ev: Evidence, tid: int | None = None):
-    """(the set-up ranges nested in a call (:data:`SETUP_WORDS`) inside the window, on ``tid`` or any
-    thread, and their parents)."""
-    nv = ev.rep.nvtx
-    w0, w1 = ev.window
-    r = nv[(nv["kind"] != "mark") & (nv["parent"] >= 0) & (nv["start_ns"] >= w0) & (nv["end_ns"] <= w1)]
-    if tid is not None:
-        r = r[r["global_tid"] == tid]
-    r = r[r["name"].map(_is_setup).astype(bool)]
-    return r, nv.loc[r["parent"].to_numpy()]
-
-
-def _setup_ms(ev: Evidence, stage: str) -> float | None:
-    """The measured fixed cost of one call of ``stage`` (ms): the mean of the set-up ranges nested in
-    its calls, or None where its calls have none."""
-    if len(ev.rep.nvtx) == 0:
-        return None
-    r, parents = _setup_ranges(ev)
-    mine = (stages.stage_labels(parents) == stage).to_numpy() if len(parents) else []
-    return float(r["duration_ns"].to_numpy()[mine].mean()) / 1e6 if len(r) and mine.any() else None
 
 
 def removable(ev: Evidence, names) -> list[dict]:

@@ -299,6 +299,37 @@ class WhatIf(CriticalPath):
             out[h] = (int(np.sum(he - hs)) - int(blocked_in(span, self._peer).sum())) / 1e6
         return out
 
+    def own_inside_ms(self, tid: int, ranges: pd.DataFrame) -> float:
+        """Thread ``tid``'s own time (ms) inside the union of ``ranges`` (NVTX rows, on any thread of
+        any process), within its extent, less its waits on peers."""
+        x = self._extent.get(int(tid))
+        if x is None or not len(ranges):
+            return 0.0
+        s, e = busy_intervals(ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64))
+        s, e = np.clip(s, *x), np.clip(e, *x)
+        span = pd.DataFrame({"global_tid": int(tid), "start_ns": s, "end_ns": e})
+        return (int(np.sum(e - s)) - int(blocked_in(span, self._peer).sum())) / 1e6
+
+    def served(self, tid: int, at_least_ms: float) -> tuple[str, int, float] | None:
+        """The stage that thread ``tid``'s own time serves: (stage, thread, ms) for the stage's ranges on
+        one other thread (any process) that hold at least ``at_least_ms`` of that time while their
+        thread waits on peers in them for at least half as long (it waits for that work, a pool's worker
+        process computing what its caller's 'map' waits for; a loader working beside a stage that
+        works too serves none), the shortest such ranges in all (the innermost stage, not an envelope
+        around the loop). None where no stage holds that much."""
+        r = self._ranges
+        if not len(r):
+            return None
+        r = r[r["global_tid"] != int(tid)]
+        waits = self.stages.set_index(["tid", "stage"])["wait_ms"] if len(self.stages) else pd.Series(dtype=float)
+        best, held = None, float("inf")
+        for (g, stage), mine in r.groupby(["global_tid", "label"], sort=False):
+            ms = self.own_inside_ms(tid, mine)
+            length = int((mine["end_ns"] - mine["start_ns"]).sum())
+            if ms >= at_least_ms and ms > 0 and length < held and 2 * float(waits.get((g, stage), 0.0)) >= ms:
+                best, held = (str(stage), int(g), ms), length
+        return best
+
     def helper_ms(self, tid: int, stages) -> dict[int, float]:
         """Each helper thread's own time (ms) inside the ranges of ``stages`` on thread ``tid``: the
         work a worker pool did for those stages (the model's assumption; see :attr:`helpers`)."""
