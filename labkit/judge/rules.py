@@ -189,7 +189,12 @@ def latency(ev: Evidence) -> list[dict]:
         s = st.loc[st["latency_ms"].idxmax()]
         stage, s_own, s_lat = str(s["stage"]), float(s["own_ms"]), float(s["latency_ms"])
         after = max(s_own / IN_FLIGHT, (s_own - s_lat) / cores)  # its CPU part still needs the cores
-        how = f"{IN_FLIGHT} at a time, it takes {after:.0f} ms of {s_own:.0f}"
+        # the requests in flight run beside the thread's other stages (prefetch threads, tasks of an
+        # event loop): the thread's loop takes the longer of those stages and the overlapped one
+        rest = float(t["own_ms"]) - s_own
+        how = (f"{IN_FLIGHT} at a time, it takes {after:.0f} ms of {s_own:.0f}, beside the thread's other "
+               f"{rest:.0f} ms")
+        after = s_own - min(s_own, float(t["own_ms"]) - max(rest, after))  # what stays of it on the loop
     else:  # no stage waits: the time between the thread's ranges (its input, read where no range
         # says) runs several at once on other threads; its ranges stay on it, one after another
         stage, s_own, s_lat = None, float(t["own_ms"]), lat
@@ -204,6 +209,7 @@ def latency(ev: Evidence) -> list[dict]:
     return [dict(row("latency_bound", "The limiting thread waits on its input (latency)", text, "parallel_input", p,
                      "estimate", f"{IN_FLIGHT} requests in flight at once (parallel reads, prefetch threads), their "
                      f"CPU part sharing the {cores} core(s) the profiled run had"
+                     + (", while the thread runs its other stages" if stage else "")
                      + ("" if stage else "; the thread's own ranges stay on it, one after another") + f"; {MODEL}",
                      stage),
                  touch_ms=s_own - after)]
