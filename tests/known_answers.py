@@ -130,6 +130,8 @@ _ALL = [
     Program("map_then_reduce", "map_then_reduce.py", ("overlap_stages",), "reduce", 1.45, limiter=("map", "reduce")),
     Program("ask_then_finish", "ask_then_finish.py", ("overlap_stages",), "finish", 1.5, limiter=("ask", "finish")),
     Program("async_awaits", "async_awaits.py", ("parallel_input",), "fetch", 3.7, limiter=("fetch", "compute")),
+    Program("futures_one_by_one", "futures_one_by_one.py", ("parallel_input", "in_flight"), "request", 3.7,
+            limiter=("request", "compute")),
     Program("poll_consumer", "poll_consumer.py", ("cheaper_stage",), "produce", 4.0),
     Program("pipe_consumer", "pipe_consumer.py", ("cheaper_stage",), "produce", 4.0),
     Program("timed_wait", "timed_wait.py", ("cheaper_stage",), "produce", 3.0, switches=True),

@@ -156,12 +156,15 @@ def _serial_on(m, t, who: str) -> list[dict]:
         return []
     p = m.speedup({tid: float(moved["own_ms"].sum())}, list(moved["own_ms"]))
     # threads of one Python process take turns on its GIL while they run Python code: if all the
-    # stages' own time holds it, the moved work runs only while the kept stage waits
-    turns = min(float(moved["own_ms"].sum()), float(keep["wait_ms"]))
+    # stages' own time holds it, the moved work runs only while the kept stage is blocked (on a peer,
+    # or in reads and sleeps: its latency)
+    blocked = float(keep["wait_ms"]) + float(keep["latency_ms"])
+    turns = min(float(moved["own_ms"].sum()), blocked)
     p_turns = min(m.speedup({tid: turns}, [turns] if turns > 0 else []), p)
     stage = str(moved.iloc[0]["stage"])
-    waits = (f" ({keep['own_ms']:.0f} ms of work and {keep['wait_ms']:.0f} ms waiting on other threads or "
-             "processes, in which the moved stages then run)" if keep["wait_ms"] > keep["own_ms"] else "")
+    work = float(keep["own_ms"]) - float(keep["latency_ms"])
+    waits = (f" ({work:.0f} ms of work and {blocked:.0f} ms blocked on other threads, processes or the outside "
+             "world, in which the moved stages then run)" if blocked > work else "")
     text = (f"{len(seq)} stages ({', '.join(seq['stage'].astype(str))}) run one after another on {who}; the one "
             f"that holds it longest, '{keep['stage']}', holds it {keep['holds_ms']:.0f} ms{waits}, so with each of "
             f"the others on its own thread that thread works {t['own_ms'] - moved['own_ms'].sum():.0f} ms")

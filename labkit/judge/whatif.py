@@ -35,7 +35,7 @@ from labkit.judge.accounting import thread_names
 from labkit.judge.critical import CriticalPath
 from labkit.report.cpu import osrt_calls
 from labkit.report.reader import pid_of
-from labkit.stats.blocked import blocked_in, blocked_intervals
+from labkit.stats.blocked import blocked_in, blocked_intervals, common, minus
 from labkit.stats.calls import is_wait, osrt_traced, runtime_threads, work_ranges
 from labkit.stats.idle import busy_intervals, union_of
 from labkit.stats.stages import stage_labels
@@ -55,6 +55,29 @@ leaves the producer its time."""
 IN_FLIGHT = 8
 """Requests a thread can keep in flight once its latency is overlapped (parallel reads, prefetch
 threads): the parallel-input lever's assumption."""
+
+
+def _through_helpers(peer: dict, lat: dict, annotated: set, runtime, tids) -> tuple[dict, dict]:
+    """(peer, latency) intervals per thread, where an annotated thread blocked on peers while a thread
+    of its process without ranges (a helper: a futures pool's worker making a remote call) waits on the
+    outside world waits on the outside world too: that time moves from its peer waits to its latency.
+    The helper's own reads and sleeps are read as waits for work (see the module), so the remote
+    call's latency would otherwise be nobody's time."""
+    helpers = [int(g) for g in tids if int(g) not in annotated and int(g) not in runtime and lat.get(int(g)) is not None]
+    if not helpers:
+        return peer, lat
+    lat = dict(lat)
+    for a in annotated:
+        if peer.get(a) is None or not len(peer[a][0]):
+            continue
+        far = None
+        for h in helpers:
+            if pid_of(h) == pid_of(a):
+                far = union_of(far, common(peer[a], lat[h]))
+        if far is not None and len(far[0]):
+            peer[a] = minus(peer[a], far)
+            lat[a] = union_of(lat.get(a), far)
+    return peer, lat
 
 
 def _stage_above(parent: pd.Series, keep: pd.Series) -> pd.Series:
@@ -103,6 +126,8 @@ class WhatIf(CriticalPath):
         # docstring), as the CUDA driver's, CUPTI's and nsys's threads always do; where no thread has
         # ranges, the others' stay latency: the program's own reads
         peer, runtime = dict(peer), runtime_threads(rep)
+        if annotated:
+            peer, lat = _through_helpers(peer, lat, annotated, runtime, ev["global_tid"].unique())
         for g in ev["global_tid"].unique():
             g = int(g)
             if (g in runtime or (annotated and g not in annotated)) and lat.get(g) is not None:

@@ -28,7 +28,7 @@ from labkit.stats.calls import LATENCY_OSRT, _memo, _wait_ranges, blocking_osrt
 from labkit.stats.idle import Intervals, busy_intervals, copy_calls, covered_before, sync_calls, union_of
 from labkit.stats.peers import peer_gaps, peer_polls, peer_reads
 
-__all__ = ["blocked_intervals", "blocked_in", "overlap_ns", "untraced_waits"]
+__all__ = ["blocked_intervals", "blocked_in", "common", "minus", "overlap_ns", "untraced_waits"]
 
 
 def blocked_intervals(rep, *, waits: bool = True, kind: str = "all") -> dict[int, Intervals]:
@@ -43,7 +43,7 @@ def blocked_intervals(rep, *, waits: bool = True, kind: str = "all") -> dict[int
     return _memo(rep, ("blocked_intervals", waits, kind), lambda: _blocked_intervals(rep, waits=waits, kind=kind))
 
 
-def _minus(a: Intervals, b: Intervals) -> Intervals:
+def minus(a: Intervals, b: Intervals) -> Intervals:
     """The sorted disjoint intervals ``a`` less the sorted disjoint intervals ``b``."""
     if len(a[0]) == 0 or len(b[0]) == 0:
         return a
@@ -57,6 +57,11 @@ def _minus(a: Intervals, b: Intervals) -> Intervals:
 
     keep = (hi > lo) & inside(a) & ~inside(b)
     return busy_intervals(lo[keep], hi[keep])
+
+
+def common(a: Intervals, b: Intervals) -> Intervals:
+    """The time the sorted disjoint intervals ``a`` and ``b`` have in common, as sorted disjoint intervals."""
+    return minus(a, minus(a, b))
 
 
 def untraced_waits(rep) -> dict[int, Intervals]:
@@ -85,7 +90,7 @@ def untraced_waits(rep) -> dict[int, Intervals]:
         t = traced.get(g)
         if t is not None:
             s = t["start_ns"].to_numpy(np.int64)
-            iv = _minus(iv, busy_intervals(s, np.maximum(t["end_ns"].to_numpy(np.int64), s)))
+            iv = minus(iv, busy_intervals(s, np.maximum(t["end_ns"].to_numpy(np.int64), s)))
         if len(iv[0]):
             out[int(g)] = iv
     return out
