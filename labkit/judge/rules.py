@@ -197,7 +197,7 @@ def latency(ev: Evidence) -> list[dict]:
         rest = float(t["own_ms"]) - s_own
         how = (f"{IN_FLIGHT} at a time, it takes {after:.0f} ms of {s_own:.0f}, beside the thread's other "
                f"{rest:.0f} ms")
-        after = s_own - min(s_own, float(t["own_ms"]) - max(rest, after))  # what stays of it on the loop
+        after = max(after - rest, 0.0)  # what stays of it on the loop: the part the others do not cover
     else:  # no stage waits: the time between the thread's ranges (its input, read where no range
         # says) runs several at once on other threads; its ranges stay on it, one after another
         stage, s_own, s_lat = None, float(t["own_ms"]), lat

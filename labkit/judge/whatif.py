@@ -313,27 +313,25 @@ class WhatIf(CriticalPath):
         pid = pid_of(ranges["global_tid"].to_numpy(np.int64))
         start, end = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
         union = {int(p): busy_intervals(start[pid == p], end[pid == p]) for p in np.unique(pid)}
-        out = {}
-        for h in self.helpers:
-            if (mine := union.get(int(pid_of(h)))) is None:
-                continue
-            s, e = mine
-            x0, x1 = self._extent[h]
-            hs, he = np.clip(s, x0, x1), np.clip(e, x0, x1)
-            span = pd.DataFrame({"global_tid": h, "start_ns": hs, "end_ns": he})
-            out[h] = (int(np.sum(he - hs)) - int(blocked_in(span, self._peer).sum())) / 1e6
-        return out
+        return {h: self._own_in(h, union[int(pid_of(h))]) for h in self.helpers if int(pid_of(h)) in union}
+
+    def _own_in(self, tid: int, union) -> float:
+        """Thread ``tid``'s own time (ms) inside the sorted disjoint intervals ``union``, within its
+        extent, less its waits on peers."""
+        x = self._extent.get(int(tid))
+        if x is None:
+            return 0.0
+        s, e = np.clip(union[0], *x), np.clip(union[1], *x)
+        span = pd.DataFrame({"global_tid": int(tid), "start_ns": s, "end_ns": e})
+        return (int(np.sum(e - s)) - int(blocked_in(span, self._peer).sum())) / 1e6
 
     def own_inside_ms(self, tid: int, ranges: pd.DataFrame) -> float:
         """Thread ``tid``'s own time (ms) inside the union of ``ranges`` (NVTX rows, on any thread of
         any process), within its extent, less its waits on peers."""
-        x = self._extent.get(int(tid))
-        if x is None or not len(ranges):
+        if not len(ranges):
             return 0.0
-        s, e = busy_intervals(ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64))
-        s, e = np.clip(s, *x), np.clip(e, *x)
-        span = pd.DataFrame({"global_tid": int(tid), "start_ns": s, "end_ns": e})
-        return (int(np.sum(e - s)) - int(blocked_in(span, self._peer).sum())) / 1e6
+        return self._own_in(tid, busy_intervals(ranges["start_ns"].to_numpy(np.int64),
+                                                ranges["end_ns"].to_numpy(np.int64)))
 
     def served(self, tid: int, at_least_ms: float) -> tuple[str, int, float] | None:
         """The stage that thread ``tid``'s own time serves: (stage, thread, ms) for the stage's ranges on
