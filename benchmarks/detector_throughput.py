@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from source_code.stage_alone import time_backend  # one home: the detector stage timed alone
+
 # label -> make_backend keyword arguments
 CONFIGS: dict[str, dict] = {
     "torch-fp32": dict(backend="torch", precision="fp32"),
@@ -54,22 +56,6 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return platform.processor() or platform.machine()
-
-
-def time_backend(backend, x: torch.Tensor, *, min_seconds: float, max_iters: int, warmup: int = 2) -> tuple[float, int]:
-    """Seconds per call of ``backend(x)``, timed over at least ``min(2, max_iters)`` calls after ``warmup`` untimed ones."""
-    sync = torch.cuda.synchronize if x.device.type == "cuda" else (lambda: None)
-    for _ in range(warmup):
-        backend(x)
-    sync()
-    iters, start = 0, time.perf_counter()
-    while True:
-        backend(x)
-        iters += 1
-        if iters >= max_iters or (iters >= 2 and time.perf_counter() - start >= min_seconds):
-            break
-    sync()
-    return (time.perf_counter() - start) / iters, iters
 
 
 def run(*, configs: list[str], batch_sizes: list[int], device: str, min_seconds: float, max_iters: int,

@@ -18,6 +18,7 @@ import re
 import labkit
 from labkit.judge.advice import MIN_GAIN, finding_sentence
 
+from labbook import stage_factor
 from labbook.display import warmup_batches
 from labbook.levers import ADVISE, OPTIONS_OF, flags_of, lever_text, levers_of
 from source_code.stages import DETECTOR_STAGES
@@ -182,6 +183,16 @@ def advice(step: str, mode: str = MODE, *, builds_on: str | None = None, flags: 
         return say(f"No advice for '{step}': {why}.")
     if frame.empty:
         return say(f"No finding in the profile of '{step_of(step, builds_on=builds_on, mode=mode).builds_on}'.")
+    st = step_of(step, builds_on=builds_on, mode=mode)
+    fl = dict(st.flags if flags is None else flags)
+    changed = _effective(change_of(fl, _base_flags(st.builds_on, mode)), fl, st.builds_on, mode)
+    if stage_factor.applies(changed):  # what the step will be predicted with comes first
+        import pandas as pd
+
+        own = _stage_alone(st, fl, frame, (levers_of(changed) or [None])[0], mode)
+        head = {**own, "rule": "stage_alone", "evidence": "the detector stage alone, timed under this step's options "
+                "and under its base's in interleaved pairs (source_code/stage_alone.py)"}
+        frame = pd.concat([pd.DataFrame([head]), frame], ignore_index=True)
     out = frame.assign(lever=[lever_text(v) if v in OPTIONS_OF else v for v in frame["lever"]])
     cols = [c for c in ("finding", "evidence", "lever", "predicted_speedup", "basis", "assumptions") if c in out]
     return folded_frame(out[cols].reset_index(drop=True), shown=("finding", "lever", "predicted_speedup", "basis"),
@@ -202,8 +213,10 @@ def predict_for(st, flags, mode: str = MODE) -> dict:
     frame, why = _advice_on(st.builds_on, st.name, mode, flags=flags)
     if frame is None:
         return {**NONE, "finding": f"none: {why}"}
-    changed = change_of(flags, _base_flags(st.builds_on, mode))
+    changed = _effective(change_of(flags, _base_flags(st.builds_on, mode)), flags, st.builds_on, mode)
     levers, names = levers_of(changed), lever_flags(changed)
+    if stage_factor.applies(changed):  # a factor on the detector the profile cannot know: measured alone
+        return _stage_alone(st, flags, frame, levers[0] if levers else None, mode)
     for _, row in frame.iterrows():  # largest figure first
         row = row.to_dict()
         if _matches(row, levers, names):
@@ -214,6 +227,35 @@ def predict_for(st, flags, mode: str = MODE) -> dict:
     said = ", ".join(lever_text(v) for v in levers) or ", ".join(names) or "nothing"
     return {**NONE, "lever": levers[0] if levers else None,
             "finding": f"none: no finding in the profile of '{st.builds_on}' names {said} as its lever"}
+
+
+def _effective(changed: dict, flags, base: str | None, mode: str) -> dict:
+    """``changed`` less a device it names that is the one the base ran on anyway (``cpu`` over
+    ``auto`` on a machine without a GPU)."""
+    from labbook.app import device_of
+
+    if "device" in changed and device_of(dict(flags)) == device_of(_base_flags(base, mode)):
+        return {k: v for k, v in changed.items() if k != "device"}
+    return changed
+
+
+def _stage_alone(st, flags, frame, lever: str | None, mode: str) -> dict:
+    """The prediction of a change that only changes how the detector computes: its factor on the
+    stage alone (:mod:`labbook.stage_factor`), replayed in the base's profile (``labkit.what_if``)."""
+    from labbook.app import app_options
+
+    doc, why = stage_factor.measure(app_options(_base_flags(st.builds_on, mode), mode=mode),
+                                    app_options(dict(flags), mode=mode))
+    if doc is None:
+        return {**NONE, "lever": lever, "finding": f"none: this change makes '{stage_factor.STAGE}' faster or slower "
+                f"by a factor no profile shows, and it could not be measured alone here: {why}"}
+    path, _ = _profile_of(st.builds_on)
+    p = labkit.what_if(labkit.load_report(path), (stage_factor.STAGE,), float(doc["factor"]),
+                       factor_range=(float(doc["low"]), float(doc["high"])), window=frame.attrs.get("window"))
+    return {"predicted_speedup": round(p.speedup, 3), "basis": "estimate", "lever": lever,
+            "finding": f"'{stage_factor.STAGE}' measured alone under this change ({doc['factor']:.2f}x its time), "
+                       f"replayed in the profile of '{st.builds_on}'",
+            "assumptions": f"{stage_factor.words(doc)}; the replay's range {p.low:.2f}-{p.high:.2f}x"}
 
 
 def _text(value) -> str | None:

@@ -42,6 +42,7 @@ def replay_step(name: str, *, kind: str | None = None, builds_on: str | None = N
     done = dict(kind=row.get("kind", kind), builds_on=row.get("builds_on", builds_on))
     if guess is not None:
         record["guess"] = float(guess)
+    record.update(_current(record, name, folder))
     if row.get("status", "ok") != "ok":
         led.append(record)
         return Outcome(name, row["status"], str(row.get("reason", "")), **done)
@@ -49,6 +50,28 @@ def replay_step(name: str, *, kind: str | None = None, builds_on: str | None = N
     record["paths"] = {"profile": str(profile) if profile else None, "results": [], "logs": []}
     led.append(record)
     return Outcome(name, "ok", result=result_of(record, profile), **done)
+
+
+def _current(row: dict, name: str, folder: Path) -> dict:
+    """A recorded prediction the lab no longer makes, replaced by why there is none: a change that
+    only alters how the detector computes (``labbook.stage_factor``) is predicted from its factor
+    measured on the stage alone, and a recording made before that carries the bound of the stage
+    costing nothing in its place, which no such change reaches. {} where the row's prediction stands."""
+    from labbook import stage_factor
+    from labbook.predict import change
+
+    if row.get("predicted_speedup") is None or str(row.get("finding", "")).startswith(f"'{stage_factor.STAGE}' measured alone"):
+        return {}
+    try:
+        changed = change(name, recorded_mode(folder), builds_on=row.get("builds_on"))
+    except (KeyError, ValueError, ReplayError):
+        return {}
+    if not stage_factor.applies({k: v for k, v in changed.items() if k != "device"}):
+        return {}
+    return {"predicted_speedup": None, "basis": None, "assumptions": None,
+            "finding": f"none: the recording {folder.name} predates measuring this change on '{stage_factor.STAGE}' "
+                       f"alone, and its figure ({float(row['predicted_speedup']):.2f}x) was the bound of "
+                       f"'{stage_factor.STAGE}' costing nothing, which no such change reaches"}
 
 
 def result_of(row: dict, profile: Path | None) -> Result:

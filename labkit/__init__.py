@@ -55,6 +55,7 @@ _TABLE = {
     "stats.compare": ("compare", "headline", "plot_compare"),
     "judge.bottleneck": ("bottleneck",),
     "judge.advice": ("advise", "next_lever"),
+    "judge.replay": ("what_if",),
     "show.timeline": ("plot_timeline",),
     "show.interactive": ("interactive_timeline",),
     "show.perfetto": ("to_perfetto",),

@@ -17,7 +17,9 @@ import labbook.levers
 import labbook.predict
 import labbook.reference
 import labbook.runs
+import labbook.stage_factor
 from labbook.predict import change, lever_flags, prediction, verdict
+import labkit
 from labkit import Ledger
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +42,7 @@ def led(tmp_path, monkeypatch):
     for mod in (labbook.runs, labbook.reference, labbook.display):
         monkeypatch.setattr(mod, "LEDGER", tmp_path / "ledger.jsonl")
     monkeypatch.setattr(labbook.runs, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(labbook.stage_factor, "RESULTS", tmp_path / "results")
     return Ledger(tmp_path / "ledger.jsonl")
 
 
@@ -103,13 +106,24 @@ def test_no_prediction_says_why(led):
         "finding": "none: 'baseline' builds on no step: there is no earlier profile to predict from"}
     assert "'baseline' has no ledger row yet" in prediction("queues", "full")["finding"]
     add(led, "baseline", profile="baseline.sqlite")
-    p = prediction("mine", "full", flags={"tf32": "on"}, builds_on="baseline")  # no GPU in that profile
-    assert p["predicted_speedup"] is None and p["lever"] == "reduce_precision"
-    assert p["finding"].startswith("none: no finding in the profile of 'baseline' names reduce_precision "
-                                   "(--precision, --tf32)")
-    # a layout change makes the detector cheaper: the bound of 'infer' costing nothing, and no more
+    p = prediction("mine", "full", flags={"decode_workers": 2}, builds_on="baseline")  # no lock waits there
+    assert p["predicted_speedup"] is None and p["lever"] == "release_lock"
+    assert p["finding"].startswith("none: no finding in the profile of 'baseline' names release_lock")
+    # a layout change makes the detector cheaper by a factor no profile shows: measured on the stage
+    # alone, replayed in the base's profile, an estimate under the bound of 'infer' costing nothing
     cl = prediction("mine", "full", flags={"channels_last": True}, builds_on="baseline")
-    assert cl["basis"] == "bound" and cl["lever"] == "cheaper_stage" and "'infer'" in cl["finding"]
+    assert cl["basis"] == "estimate" and cl["lever"] == "compile", cl
+    assert cl["finding"].startswith("'infer' measured alone under this change") and "'baseline'" in cl["finding"]
+    assert "interleaved pairs of torch-fp32 and torch-fp32-channels_last" in cl["assumptions"]
+    free = labkit.advise(labkit.load_report(REF / "baseline.sqlite"), warmup=lab.warmup_batches("baseline", "full"))
+    bound = float(free.loc[(free["lever"] == "cheaper_stage") & (free["stage"] == "infer"), "predicted_speedup"].max())
+    assert 0 < cl["predicted_speedup"] < bound  # no layout makes the stage cost nothing
+    # TF32 on a CPU changes nothing the detector computes: measured alone, near no change
+    tf = prediction("mine", "full", flags={"tf32": "on"}, builds_on="baseline")
+    assert tf["basis"] == "estimate" and tf["lever"] == "reduce_precision" and 0.5 < tf["predicted_speedup"] < 2
+    # no backend this machine lacks is predicted: the finding says why
+    trt = prediction("mine", "full", flags={"backend": "tensorrt", "device": "cuda"}, builds_on="baseline")
+    assert trt["predicted_speedup"] is None and "could not be measured alone here" in trt["finding"]
     assert "builds on no step" in lab.advice("baseline", "full").data
 
 

@@ -26,7 +26,7 @@ import pandas as pd
 
 from labkit.judge.graph import CUDA, GPU, LATENCY, PEER, WORK, RunGraph
 
-__all__ = ["Lever", "Prediction", "replay", "predict"]
+__all__ = ["Lever", "Prediction", "replay", "predict", "what_if"]
 
 
 @dataclass(frozen=True)
@@ -288,3 +288,43 @@ def lever_for(rep, graph: RunGraph, finding: dict, *, skip_every: int | None = N
         pinned_ns = float(paged["bytes"].sum()) / _pinned_gbps(SimpleNamespace(rep=rep), m[m["pinned"]])[0]  # B / (B/ns)
         return Lever(stages=("copy",), kinds=("gpu",), factor=min(pinned_ns / busy, 1.0))
     return None
+
+
+def what_if(report, stages, factor: float, *, factor_range: tuple[float, float] | None = None,
+            window: tuple[int, int] | None = None, seed: int = 0) -> Prediction:
+    """The run's speed-up if the own time of ``stages`` (NVTX range names or ``domain:name`` labels)
+    were ``factor`` times what it was (0.5: twice as fast; 0: free), by replaying the report's run
+    graph with that change (:func:`predict`): a factor measured elsewhere (the stage alone under a
+    new backend, precision or layout) becomes the whole run's figure, with the stages' waits, the
+    other threads and the cores as they were.
+
+    ``factor_range``: the factor's own interval (low, high); the prediction's ``low`` and ``high``
+    then hold the replays at both ends too, beside the run's own variation. ``window``: the window
+    replayed (``advise(...).attrs["window"]`` to match a judgement); default the steady window past
+    start-up (:func:`labkit.judge.accounting.chosen_window`), else the whole trace. It assumes the
+    stages' time in the run scales as the factor does: their waits on other threads do not.
+    Raises ValueError for a negative factor or no stage."""
+    from labkit.judge.accounting import chosen_window
+    from labkit.judge.graph import run_graph
+    from labkit.stats.stages import trace_span
+
+    names = (stages,) if isinstance(stages, str) else tuple(stages)
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ValueError("what_if needs the stage names whose time changes, e.g. ('infer',)")
+    if not (isinstance(factor, (int, float)) and factor >= 0):
+        raise ValueError(f"what_if: factor={factor!r}: give the stage's new time over its old, 0 or more")
+    if window is None:
+        window, _ = chosen_window(report)
+    graph = run_graph(report, window if window is not None else trace_span(report))
+    known = set(np.unique(graph.stage))
+    missing = [n for n in names if n not in known]
+    if len(missing) == len(names):
+        raise ValueError(f"what_if: no segment of {', '.join(map(repr, names))} in the window "
+                         f"(its stages: {', '.join(sorted(s for s in known if s)) or 'none'})")
+    p = predict(graph, Lever(stages=names, factor=float(factor)), seed=seed)
+    if factor_range is not None:
+        lo_f, hi_f = sorted(float(f) for f in factor_range)
+        base = replay(graph)
+        ends = [base / replay(graph, Lever(stages=names, factor=max(f, 0.0))) for f in (hi_f, lo_f)]
+        p.low, p.high = min(p.low, ends[0]), max(p.high, ends[1])
+    return p
