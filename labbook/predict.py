@@ -378,7 +378,7 @@ def verdict(step: str, mode: str = MODE):
     short, why = _lesson(measured, figure, basis, ci)
     ctx = "; ".join(x for x in (f"in '{base}', {top}" if top else "", f"it assumes {assumes}" if assumes else "") if x)
     return folded(f"{head}; {basis} {figure:.2f}x: {short}{tail}",
-                  f"The {basis} {figure:.2f}x came from the finding '{row.get('finding')}'"
+                  f"The {basis} {figure:.2f}x came from the finding \"{row.get('finding')}\""
                   + (f" ({ctx})" if ctx else "") + f". Measured {measured:.2f}x: {why}")
 
 

@@ -49,6 +49,8 @@ RUN_IN_FOLDER = [
     "data/clip.mp4 --streams 2 --no-osd --device cpu --results reports/r.json",
     "python -m labkit summary 'runs/run_*.sqlite' --what nvtx,stages,imbalance,stragglers --scheduler local",
     "python -m labkit --help",
+    """python -m source_code.stage_alone --base '{"batch_size": 4, "input_hw": "192x320"}' --lever '{"batch_size": 4, """
+    """"input_hw": "192x320", "channels_last": true}'""",
 ]
 # make targets: `make -n` shows the script each runs, and the file named runs that script (its name there).
 MAKE = {
