@@ -40,7 +40,6 @@ def test_a_layout_change_is_measured_on_the_stage_alone_in_pairs(tmp_path):
     assert doc["pairs"] == 3 and doc["batch_size"] == 2 and doc["input_hw"] == [64, 96]
     assert 0 < doc["low"] <= doc["factor"] <= doc["high"]
     assert doc["base_ms"] > 0 and doc["lever_ms"] > 0
-    assert doc["factor"] == pytest.approx(doc["lever_ms"] / doc["base_ms"], rel=0.6)  # a median of ratios, near theirs
 
 
 @pytest.mark.parametrize("base, lever, extra, code, says", [
