@@ -134,6 +134,8 @@ _ALL = [
             limiter=("request", "compute")),
     Program("poll_consumer", "poll_consumer.py", ("cheaper_stage",), "produce", 4.0),
     Program("pipe_consumer", "pipe_consumer.py", ("cheaper_stage",), "produce", 4.0),
+    Program("slow_writer", "slow_writer.py", ("cheaper_stage",), "write", 3.0),
+    Program("slow_writer_pipe", "slow_writer_pipe.py", ("cheaper_stage",), "encode", 3.0),
     Program("timed_wait", "timed_wait.py", ("cheaper_stage",), "produce", 3.0, switches=True),
     Program("timed_wait_untraced", "timed_wait.py", ("cheaper_stage",), "produce", 3.0),
     Program("fed_pool", "fed_pool.py", ("cheaper_stage",), "produce", 2.0),
