@@ -144,3 +144,19 @@ def test_cuda_api_bars_named_where_wide_enough():
     widest = api.loc[api["duration_ns"].idxmax()]
     fig = plot_timeline(rep, window=(int(widest["start_ns"]) - 1000, int(widest["end_ns"]) + 1000))
     assert widest["name"] in {t.get_text() for t in fig.axes[0].texts}
+
+
+def test_a_main_thread_named_by_its_launcher_is_main():
+    """nsys 2022.4 now and then keeps the name of what exec'd the program for its first thread (labkit's
+    /bin/sh wrapper, nsys's launcher): that thread is still the program's main; a thread of another
+    process, or a later thread, so named keeps its name."""
+    import pandas as pd
+
+    from labkit.show.layout import thread_labels
+
+    ev = pd.DataFrame({"global_tid": [1, 2, 3, 4, 5], "pid": [10, 10, 20, 10, 30], "tid": [10, 11, 20, 12, 30],
+                       "thread_name": ["sh", "sh", "nsys-launcher", "writer", "encoder"]})
+    labels = thread_labels(ev)
+    assert labels[1].startswith("main (tid 10") and labels[3].startswith("main (tid 20")
+    assert labels[2].startswith("sh (tid 11") and labels[4].startswith("writer (tid 12")
+    assert labels[5].startswith("encoder (tid 30")

@@ -15,6 +15,10 @@ from labkit.style import GPU_COLORS, colour_map
 __all__ = ["NothingToDraw", "Row", "layout", "colours", "colour_key", "thread_labels", "os_calls"]
 
 _GENERIC_THREAD_NAMES = {"", "python", "python3", "nan", "None"}
+_LAUNCHER_NAMES = {"sh", "nsys-launcher"}
+"""Names nsys 2022.4 now and then keeps for a process's first thread from before it exec'd the
+program: labkit's ``/bin/sh`` wrapper (``labkit.record.nsys``) or nsys's own launcher. Such a main
+thread is the program's ``main``."""
 
 
 class NothingToDraw(LabkitError):
@@ -23,15 +27,16 @@ class NothingToDraw(LabkitError):
 
 def thread_labels(nv: pd.DataFrame) -> dict:
     """A readable name per thread, with its tid: its own name when it has one, ``main`` for a
-    process's first thread, else the stage it spends most time in (``decode (tid 12)``); ``nv``'s
+    process's first thread (also one named by the launcher it was exec'd from, ``_LAUNCHER_NAMES``), else the stage it spends most time in (``decode (tid 12)``); ``nv``'s
     rows are NVTX ranges, or other events of the threads (then without ``depth``: ``thread``)."""
     labels = {}
     for gtid, g in nv.groupby("global_tid", sort=True):
         own = str(g["thread_name"].dropna().iloc[0]) if g["thread_name"].notna().any() else ""
         tid = int(g["tid"].iloc[0])
-        if own not in _GENERIC_THREAD_NAMES:
+        first = bool((g["tid"] == g["pid"]).all())
+        if own not in _GENERIC_THREAD_NAMES and not (first and own in _LAUNCHER_NAMES):
             name = own
-        elif (g["tid"] == g["pid"]).all():
+        elif first:
             name = "main"
         elif "depth" not in g.columns:
             name = "thread"
