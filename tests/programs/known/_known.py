@@ -86,7 +86,7 @@ class Steady:
 def produce(q, items: int, ms: float, annotated: bool = True) -> None:
     """Compute each of ``items`` items for ``ms`` milliseconds (a ``produce`` range, or none where not
     ``annotated``) and put its number in ``q``: the producer of the programs whose consumer waits on it
-    (polling, on a pipe, with a timeout)."""
+    (polling, on a pipe, with a timeout) or that a full queue holds back (slow_writer)."""
     from contextlib import nullcontext
 
     from labkit import annotate

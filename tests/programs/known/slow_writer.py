@@ -10,7 +10,7 @@ model that counts the producer's blocked ``put`` as its own latency sees two bus
 import queue
 import threading
 
-from _known import Steady, args, cpu, wait
+from _known import Steady, args, produce, wait
 
 from labkit import annotate
 
@@ -30,9 +30,6 @@ def writer() -> None:
 t = threading.Thread(target=writer, name="writer")
 t.start()
 with Steady(a.items):
-    for i in range(a.items):
-        with annotate.range("produce", batch=i, items=1):
-            cpu(5)
-        q.put(i)
+    produce(q, a.items, 5)
     q.put(None)
     t.join()
