@@ -18,7 +18,11 @@
 # mount, which holds nothing here: this machine's proxy marks every response uncacheable.
 #
 #   bash scripts/container_smoke.sh          # as root (podman); IMAGE=, LABKIT_CONTAINER_CACHE= optional
+#   bash scripts/container_smoke.sh build    # the base and the image only (.ci/run builds beside make test)
+#   bash scripts/container_smoke.sh check    # 1-6 on the image built before
 set -euo pipefail
+part=${1:-all}
+case "$part" in all|build|check) ;; *) echo "container-smoke: $part: use build, check or nothing (both)" >&2; exit 2;; esac
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export VARIANT=cpu IMAGE=${IMAGE:-labkit:cpu}
 say() { echo "container-smoke: $*"; }
@@ -32,6 +36,8 @@ done
 export CONTAINER_ENGINE=podman
 eval "$(bash scripts/container.sh env)"  # podman's settings for this machine (runc, ulimits)
 
+t_base=0 t_build=0
+if [ "$part" != check ]; then
 t=$(date +%s)
 bash scripts/container.sh base
 t_base=$(( $(date +%s) - t ))
@@ -46,7 +52,13 @@ t_build=$(( $(date +%s) - t ))
 podman image prune -f >/dev/null
 grep -E "^container: |^torch |^nsys " "$build_log" || true
 rm -f "$build_log"
-size=$(podman image inspect "$IMAGE" --format '{{.Size}}')
+fi
+size=$(podman image inspect "$IMAGE" --format '{{.Size}}') \
+  || { say "no image $IMAGE: build it first (bash scripts/container_smoke.sh build)"; exit 1; }
+if [ "$part" = build ]; then
+  say "image $IMAGE: $(( size / 1000000 )) MB; cost: base ${t_base} s, build ${t_build} s"
+  exit 0
+fi
 
 t=$(date +%s)
 say "1-3. doctor, a profiled run, make test's fastest slice (--network none)"
@@ -119,4 +131,5 @@ t_checks=$(( $(date +%s) - t ))
 
 total=$(( $(date +%s) - start ))
 say "image $IMAGE: $(( size / 1000000 )) MB"
-say "cost: base ${t_base} s, build ${t_build} s, doctor + profiled run + tests ${t_inside} s, JupyterLab ${t_jupyter} s, GUI and secrets checks ${t_checks} s; total ${total} s"
+built="base ${t_base} s, build ${t_build} s"; [ "$part" != check ] || built="base and build: done before"
+say "cost: $built, doctor + profiled run + tests ${t_inside} s, JupyterLab ${t_jupyter} s, GUI and secrets checks ${t_checks} s; total ${total} s"
