@@ -57,12 +57,20 @@ def _backends() -> tuple:
 
 
 def backends():
-    """What this machine can run: backend, precision, device, variant, available, reason."""
+    """What this machine can run: backend, precision, device, variant, available, reason. Replaying a
+    recording (``REPLAY``): what the recording machine could, as its rows say
+    (:func:`labbook.recording.recorded_backends`), as every other platform fact of a replay."""
     import pandas as pd
 
+    from labbook.settings import REPLAY
     from labkit.style import full_text
 
-    return full_text(pd.DataFrame(list(_backends())))
+    rows = list(_backends())
+    if REPLAY is not None:
+        from labbook.recording import recorded_backends
+
+        rows = recorded_backends(REPLAY, rows)
+    return full_text(pd.DataFrame(rows))
 
 
 def device_of(flags: dict) -> str:

@@ -136,7 +136,7 @@ def decode_ceiling_fps(mode: str = MODE) -> float | None:
     return float(fps) if fps else None
 
 
-def _profile_of(step: str) -> tuple[str | None, str]:
+def latest_profile(step: str) -> tuple[str | None, str]:
     """(profile path, '') of a step's latest ledger row, or (None, why there is none)."""
     rows = ledger([step])
     if len(rows) == 0:
@@ -153,7 +153,7 @@ def _advice_on(base: str | None, step: str, mode: str, min_gain: float = 1.0, fl
     step's own, whose parameters (K, the batch size) the estimates take (:func:`_params`)."""
     if base is None:
         return None, f"'{step}' builds on no step: there is no earlier profile to predict from"
-    path, why = _profile_of(base)
+    path, why = latest_profile(base)
     if path is None:
         return None, why
     return _advise(path, warmup_batches(base, mode), min_gain, decode_ceiling_fps(mode),
@@ -249,7 +249,7 @@ def _stage_alone(st, flags, frame, lever: str | None, mode: str) -> dict:
     if doc is None:
         return {**NONE, "lever": lever, "finding": f"none: this change makes '{stage_factor.STAGE}' faster or slower "
                 f"by a factor no profile shows, and it could not be measured alone here: {why}"}
-    path, _ = _profile_of(st.builds_on)
+    path, _ = latest_profile(st.builds_on)
     p = labkit.what_if(labkit.load_report(path), (stage_factor.STAGE,), float(doc["factor"]),
                        factor_range=(float(doc["low"]), float(doc["high"])), window=frame.attrs.get("window"))
     return {"predicted_speedup": round(p.speedup, 3), "basis": "estimate", "lever": lever,
@@ -272,7 +272,7 @@ def prediction(step: str, mode: str = MODE, *, flags: dict | None = None, builds
 
 def _top_stage(step: str, mode: str) -> str:
     """'infer is 85 % of stage time' for a step's profile ('' without one)."""
-    path, _ = _profile_of(step)
+    path, _ = latest_profile(step)
     if path is None:
         return ""
     t = labkit.bottleneck(labkit.load_report(path), warmup=warmup_batches(step, mode)).table
@@ -384,7 +384,7 @@ def verdict(step: str, mode: str = MODE):
 
 def next_lever(step: str, mode: str = MODE):
     """The next lever, from the advice on ``step``'s own profile (``labkit.next_lever``)."""
-    path, why = _profile_of(step)
+    path, why = latest_profile(step)
     if path is None:
         return say(f"No next lever from '{step}': {why}.")
     a = _advise(path, warmup_batches(step, mode), MIN_GAIN, decode_ceiling_fps(mode))

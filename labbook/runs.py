@@ -41,7 +41,8 @@ def run_step(name: str, *, profile: bool = True, mode: str = MODE, kind: str | N
     the error's first line; under ``LABKIT_STRICT`` the error is raised instead).
     """
     if REPLAY is not None:  # the recorded row, profile and results: nothing runs
-        return replay_step(name, kind=kind, builds_on=builds_on, guess=guess)
+        return replay_step(name, kind=kind, builds_on=builds_on, guess=guess, predicted_speedup=predicted_speedup,
+                           finding=finding)
     plan = resolve(name, mode=mode, kind=kind, builds_on=builds_on, flags=flags, guess=guess,
                    predicted_speedup=predicted_speedup, finding=finding)
     return run_plan(plan, profile=profile, env=env, repeats=repeats)

@@ -150,9 +150,11 @@ def run_late(name: str, mode: str):
         k, on = int(name.removeprefix("interval")), interval.base(mode)
         return run_step(name, builds_on=on, kind="sweep", profile=k == settings(mode).interval, mode=mode,
                         **{**flags(on, mode), "interval": k})
-    if name == optimize.NAME:  # 06: the levers that paid, at the knee's interval
+    if name == optimize.NAME:  # 06: the levers that paid, at the knee's interval, under their estimate
         best = optimize.step(mode)
-        return run_step(best.name, kind=best.kind, builds_on=best.builds_on, mode=mode, **best.flags)
+        _, decided = optimize.decisions(mode)
+        est = optimize.estimate(decided, mode, knee=best.builds_on, flags=dict(best.flags))
+        return run_step(best.name, kind=best.kind, builds_on=best.builds_on, mode=mode, **est, **best.flags)
     start = fastest(scale_out_candidates(mode), accuracy_floor=interval.floor(mode))  # 08
     return run_scaled(scale_out(start, recorded_options(start))[name], mode=mode)
 

@@ -92,6 +92,9 @@ def test_platform_facts_are_the_recordings(h200, cpu):
     assert gpu_lines and all("**yes**" in t for t in gpu_lines)
     assert all("**no**" in t for t in texts(cpu["books"]["04"]) if "GPU here:" in t)
     assert any("This machine has 1 CUDA GPU(s)" in t for t in texts(h200["books"]["08"]))
+    # what the machine could run (04's table) is the recording's too, never this box's torch
+    table = next(t for t in texts(h200["books"]["04"]) if "backend" in t and "variant" in t)
+    assert "no CUDA GPU visible" not in table and "ran in the recording `h200` (`fp16`)" in table, table
     rows = recorded(H200)
     ran = sum(r.get("status", "ok") == "ok" for r in rows)
     assert any(f"**NVIDIA H200** (`h200/`): {ran} of {len(rows)} steps ran" in t for t in texts(h200["books"]["07"]))
@@ -172,3 +175,58 @@ def test_optimized_is_checked_against_the_fastest_measured_step(h200, cpu):
     assert "`optimized` 983.7 frames/s" in line and "is not the fastest" in line and "`interval3` 1066.8" in line
     assert any("Fastest step within the MOTA floor" in t and "`interval3`" in t for t in texts(h200["books"]["07"]))
     assert any("fastest measured step" in t for t in texts(cpu["books"]["06"]))
+
+
+def test_an_estimate_the_notebook_computes_replaces_the_recorded_one(tmp_path):
+    """Class (e): a step the notebook runs under its own estimate (06's ``optimized``, from
+    ``labbook.optimize.estimate``) is replayed with that estimate, as a live run would record it, not
+    with the one the recording's code made (the H200's: "'decode' dominates", a bound of 1.75x that
+    none of optimized's changes makes cheaper); without one given, the recorded estimate stands."""
+    from labbook.replay import replay_step
+
+    rec = next(r for r in recorded(H200) if r["step"] == "optimized")
+    assert rec["basis"] == "bound" and "decode" in rec["finding"]  # what the recording says
+    led = tmp_path / "ledger.jsonl"
+    replay_step("optimized", folder=H200, ledger=led, predicted_speedup=1.21, finding="the levers taken, measured")
+    replay_step("optimized", folder=H200, ledger=led)
+    given, kept = labkit.Ledger(led).rows()
+    assert (given["predicted_speedup"], given["finding"], given["basis"], given["lever"]) == (
+        1.21, "the levers taken, measured", "estimate", None)
+    assert (kept["predicted_speedup"], kept["finding"], kept["basis"]) == (
+        rec["predicted_speedup"], rec["finding"], rec["basis"])
+    assert given["metrics"] == kept["metrics"] == rec["metrics"]  # the measurement is the recording's
+
+
+def test_what_a_recording_machine_could_run_is_read_from_its_rows():
+    """Each combination of this machine's list of backends is available where a recorded step ran
+    with it (the step named), not where one was skipped (its recorded reason), unknown where none
+    tried it; a step's unset device is the recording's own (the H200's cuda, the CPU box's cpu)."""
+    from labbook.app import _backends
+    from labbook.recording import recorded_backends
+
+    combos = list(_backends())
+    for folder, own, ran in ((H200, "cuda", "baseline"), (CPU, "cpu", "baseline")):
+        got = {(r["backend"], r["precision"], r["device"], r["variant"]): r for r in recorded_backends(folder, combos)}
+        assert len(got) == len(combos)
+        plain = got[("torch", "fp32", own, "")]
+        assert plain["available"] is True and plain["reason"] == f"ran in the recording `{folder.name}` (`{ran}`)"
+        trt = got[("tensorrt", "fp16", "cuda", "")]
+        rec = next(r for r in recorded(folder) if r["step"] == "tensorrt_fp16")
+        assert trt["available"] is False and trt["reason"] == rec["reason"]
+        assert got[("torch", "fp16", "cpu", "")]["available"] is None  # no step tried it
+    assert got[("torch", "fp32", "cuda", "")]["available"] is False  # the CPU box skipped the GPU steps
+
+
+@pytest.mark.slow
+def test_a_replayed_prediction_is_made_now_from_the_profile_the_recording_kept(h200):
+    """Class (f): a step whose base's profile the recording kept is predicted as a live run predicts it
+    today, from that profile: 01's next lever after the baseline (overlap_stages, computed now from the
+    recorded baseline export) is the estimate 02's ``queues`` verdict compares with (the H200 recording
+    carried 3.12x, a bound of another finding, from the code of its day; on the CPU reference the
+    next lever is another one, so there is nothing to compare)."""
+    for r in (h200,):
+        nxt = next(t for t in texts(r["books"]["01"]) if t.startswith("Next lever after 'baseline'"))
+        assert "overlap_stages" in nxt, nxt
+        figure = re.search(r", (\d+\.\d\d)x \((?:an estimate|an upper bound)\)", nxt).group(1)
+        verdict = next(t for t in texts(r["books"]["02"]) if t.startswith("queues: measured"))
+        assert re.search(rf"; (?:estimate|bound) {figure}x", verdict), (nxt[:200], verdict[:300])

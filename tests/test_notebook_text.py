@@ -7,6 +7,11 @@ limit's words (``upper bound``, ``at most``, ``the most it can``, ``predicted bo
 on``/``bound for``), unless the same sentence names the ``basis`` that marks the rows that are true
 bounds. Sentences are split at ``.``, ``!``, ``?`` or ``;`` followed by white space.
 
+Rule 3 (markdown cells): a sentence states no fact of the machine it runs on (``without a GPU
+here``, ``this machine has no GPU``, ``on this CPU``) unless it makes it a condition (``where``,
+``if``, ``when``, ``unless``): the same notebook runs on a CPU box, on a GPU box and replayed from
+either, so only a computed sentence may say which one this is.
+
 Rule 2 (code cells): each call of a helper that returns a displayable sentence (``lab.say``,
 ``lab.verdict``, ``lab.advice``, ``lab.compare``, ``lab.next_lever``) is shown: it is the value of
 the cell's last statement (an expression; a conditional expression of such calls counts, and so
@@ -31,6 +36,12 @@ LIMIT = re.compile(r"upper bound|\bat most\b|the most it can|predicted bound|\bb
 QUALIFIED = re.compile(r"\bbasis\b", re.I)
 
 
+PLATFORM = re.compile(r"\b(?:with(?:out)?|no|has no|have no|lacks?) (?:a |an )?(?:CUDA )?(?:GPU|TensorRT|CUDA)\b[^.;]*?"
+                      r"\b(?:here|this machine|this box)\b|\b(?:here|this machine|this box)\b[^.;]*?\b(?:has|have|lacks?) "
+                      r"(?:no |a |an )?(?:CUDA )?(?:GPU|TensorRT)\b|\bon this (?:CPU|GPU)\b", re.I)
+CONDITION = re.compile(r"\b(?:where|if|when|whenever|unless|whether)\b", re.I)
+
+
 def sentences(markdown: str) -> list[str]:
     return [s for s in re.split(r"(?<=[.!?;])\s+", " ".join(markdown.split())) if s]
 
@@ -38,6 +49,11 @@ def sentences(markdown: str) -> list[str]:
 def bound_on_estimate(markdown: str) -> list[str]:
     """Rule 1: the sentences of ``markdown`` that call a prediction a bound without its basis."""
     return [s for s in sentences(markdown) if PREDICTION.search(s) and LIMIT.search(s) and not QUALIFIED.search(s)]
+
+
+def platform_as_fact(markdown: str) -> list[str]:
+    """Rule 3: the sentences of ``markdown`` that state this machine's GPU or TensorRT as a fact."""
+    return [s for s in sentences(markdown) if PLATFORM.search(s) and not CONDITION.search(s)]
 
 
 def python_of(source: str) -> str:
@@ -88,6 +104,11 @@ def test_the_rules_catch_what_they_name():
     assert bound_on_estimate("What the profile predicts the next change can gain at most.")
     assert not bound_on_estimate("An estimate of the gain, or an upper bound where its `basis` says \"bound\".")
     assert not bound_on_estimate("Bounded queues; the estimate comes later. A stage can save at most its share.")
+    assert platform_as_fact("The evidence is in the copies. Without a GPU here, the H100's table shows it:")
+    assert platform_as_fact("This machine has no GPU, so the steps are skipped.")
+    assert platform_as_fact("On this CPU the detector limits.")
+    assert not platform_as_fact("Where this machine has no GPU (or no TensorRT), those steps are skipped.")
+    assert not platform_as_fact("If this machine has a GPU, the cell below runs it. The GPU is fast.")
     assert hidden_sentences("if ok:\n    lab.say('x')") == ["lab.say('x')"]
     assert hidden_sentences("lab.say('x')\nframe") == ["lab.say('x')"]
     assert hidden_sentences("lab.say(f'{lab.verdict(s)}')") == ["lab.verdict(s)"]
@@ -110,6 +131,12 @@ def flagged(book, cell_type: str, find) -> str:
 @pytest.mark.parametrize("book", BOOKS, ids=[b.name[:2] for b in BOOKS])
 def test_no_estimate_is_called_a_bound(book):
     bad = flagged(book, "markdown", bound_on_estimate)
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("book", BOOKS, ids=[b.name[:2] for b in BOOKS])
+def test_no_markdown_states_the_machine_it_runs_on(book):
+    bad = flagged(book, "markdown", platform_as_fact)
     assert not bad, bad
 
 

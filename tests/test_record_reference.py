@@ -148,6 +148,9 @@ def test_the_plan_goes_on_to_06_and_08_resolving_each_step_when_its_turn_comes(t
     assert (rows["interval16"]["kind"], rows["interval16"]["builds_on"]) == ("sweep", "batch4")
     assert rows["interval16"]["config"]["interval"] == 16 and rows["optimized"]["kind"] == "cumulative"
     assert rows["optimized"]["builds_on"] in ("batch4", "interval2", "interval16")  # the knee's row
+    # under the estimate 06 computes for it (labbook.optimize.estimate), never a finding of its base's profile
+    opt = rows["optimized"]
+    assert opt.get("basis") == "estimate" or opt["finding"].startswith("none: no lever taken"), opt
     start = rows["processes2"]["builds_on"]
     assert start in ("optimized", "batch4") and rows["ranks2"]["builds_on"] == start
     assert rows["ranks2"]["config"]["ranks"] == 2
