@@ -67,23 +67,21 @@ def profile_of(folder: Path, step: str) -> Path | None:
     return path if path.is_file() else None
 
 
-VARIANTS = ("channels_last", "compile", "cuda_graphs")
-"""The flags that make a backend's variant in the application's list of what can run
-(``source_code.backends.available_backends``)."""
-
-
 def recorded_backends(folder: Path, combos) -> list[dict]:
     """What the recording machine could run, for each of ``combos`` (rows of backend, precision,
     device, variant, as this machine's list has them): available where a recorded step with that
     combination ran, not where one was skipped or failed (with its recorded reason), unknown (None)
-    where none tried it. A step's device unset is the recording's own (``cuda`` where it had a GPU)."""
+    where none tried it. A step's device unset is the recording's own (``cuda`` where it had a GPU); its
+    variant is the one of the list's variants (each a flag: ``channels_last``, ...) that it set."""
+    combos = list(combos)
+    variants = list(dict.fromkeys(c["variant"] for c in combos if c["variant"]))
     own = "cuda" if recorded_gpu(folder) else "cpu"
     seen: dict[tuple, tuple] = {}
     for name, row in recorded_rows(Path(folder)).items():
         c = row.get("config") or {}
         if not c or c.get("decode_only"):
             continue
-        variant = next((v for v in reversed(VARIANTS) if c.get(v)), "")
+        variant = next((v for v in reversed(variants) if c.get(v)), "")
         key = (c.get("backend") or "torch", c.get("precision") or "fp32", c.get("device") or own, variant)
         ok = row.get("status", "ok") == "ok"
         if key not in seen or (ok and not seen[key][0]):  # the first step that ran it names it
